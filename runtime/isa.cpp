@@ -1,0 +1,62 @@
+#include "runtime/isa.hpp"
+
+#include <string>
+
+#include "runtime/error.hpp"
+
+namespace lockstep {
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return "scalar";
+    case Isa::avx2: return "avx2";
+    case Isa::avx512: return "avx512";
+  }
+  return "?";
+}
+
+Isa parse_isa(std::string_view name) {
+  if (name == "scalar") return Isa::scalar;
+  if (name == "avx2") return Isa::avx2;
+  if (name == "avx512") return Isa::avx512;
+  if (name == "auto" || name.empty()) return best_isa();
+  fail("unknown ISA path '" + std::string(name) + "'", "use one of auto, scalar, avx2, avx512");
+}
+
+bool isa_supported(Isa isa) {
+  switch (isa) {
+    case Isa::scalar: return true;
+    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::avx512:
+      return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+             __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
+             __builtin_cpu_supports("fma");
+  }
+  return false;
+}
+
+Isa best_isa() {
+  if (isa_supported(Isa::avx512)) return Isa::avx512;
+  if (isa_supported(Isa::avx2)) return Isa::avx2;
+  return Isa::scalar;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa i : {Isa::scalar, Isa::avx2, Isa::avx512})
+    if (isa_supported(i)) out.push_back(i);
+  return out;
+}
+
+void validate(const KernelCtx& ctx) {
+  check(isa_supported(ctx.isa),
+        std::string("ISA path ") + isa_name(ctx.isa) + " is not supported by this CPU",
+        "choose --isa auto or one of the paths this CPU supports");
+  check(ctx.threads >= 1, "thread count " + std::to_string(ctx.threads) + " must be >= 1",
+        "set run.threads to a positive number");
+  check(ctx.reduce_block >= 1,
+        "reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
+        "set numerics.reduce_block to a positive number (default 64)");
+}
+
+}  // namespace lockstep

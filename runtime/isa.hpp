@@ -1,0 +1,38 @@
+// Run-time ISA dispatch: which instruction-set path a kernel takes (scalar, AVX2, AVX-512).
+// Determinism contract: the ISA path never changes bits. Every path evaluates the same
+// reduction tree with the same fused multiply-adds (an FMA is one IEEE rounding on every
+// path), so scalar == AVX2 == AVX-512 bit for bit; tests/unit/test_gemm.cpp and
+// test_transcendental.cpp check it on every path this CPU supports.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace lockstep {
+
+enum class Isa { scalar, avx2, avx512 };
+
+const char* isa_name(Isa isa);
+// Parses "scalar", "avx2", "avx512" or "auto" (the best supported); throws on anything else.
+Isa parse_isa(std::string_view name);
+bool isa_supported(Isa isa);
+Isa best_isa();
+// Every path this CPU can run, scalar first.
+std::vector<Isa> supported_isas();
+
+// What every kernel call needs to know, passed explicitly (no global configuration).
+struct KernelCtx {
+  Isa isa = Isa::scalar;  // the path to take; must be supported by this CPU
+  int threads = 1;        // OpenMP threads for this call; never changes bits
+  int reduce_block = 64;  // B of the canonical sum (DESIGN.md section 2), config numerics.reduce_block
+
+  static KernelCtx best(int threads = 1, int reduce_block = 64) {
+    return KernelCtx{best_isa(), threads, reduce_block};
+  }
+};
+
+// Throws a lockstep::Error if ctx is unusable (unsupported ISA, threads < 1, block < 1).
+void validate(const KernelCtx& ctx);
+
+}  // namespace lockstep
