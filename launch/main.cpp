@@ -1,13 +1,29 @@
-// build/bin/lockstep: the per-rank CLI (DESIGN.md section 6).
+// build/bin/lockstep: the per-rank CLI (DESIGN.md section 6). launch/lockstep forwards
+// every command it does not handle itself here. Bad input gets one clear line and a
+// non-zero exit before any rank starts work.
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <map>
+#include <string>
+
+#include "launch/commands.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"lockstep: bitwise-reproducible distributed training"};
+  CLI::App app{"lockstep: bitwise-reproducible distributed training (see README.md)", "lockstep"};
   app.require_subcommand(1);
-  auto* info = app.add_subcommand("info", "print build facts");
-  (void)info;
-  CLI11_PARSE(app, argc, argv);
-  std::puts("lockstep");
-  return 0;
+  std::map<std::string, lockstep::cli::Runner> runners;
+  runners["info"] = lockstep::cli::add_info(app);
+  runners["collectives-demo"] = lockstep::cli::add_collectives_demo(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "lockstep: error: %s (see: lockstep %s--help)\n", e.what(),
+                 app.get_subcommands().empty()
+                     ? ""
+                     : (app.get_subcommands().front()->get_name() + " ").c_str());
+    return 2;
+  }
+  return runners.at(app.get_subcommands().front()->get_name())(argc, argv);
 }

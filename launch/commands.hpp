@@ -1,0 +1,19 @@
+// The subcommands of build/bin/lockstep. Each registers its CLI11 options on the app and
+// returns the function that runs it after parsing; options live in a config struct owned
+// by the command (no globals). Determinism contract: none here; each command states its own.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace lockstep::cli {
+
+using Runner = std::function<int(int argc, char** argv)>;
+
+// `lockstep info`: build facts (compiler, flags, ISA paths, libraries).
+Runner add_info(CLI::App& app);
+// `lockstep collectives-demo`: the multi-rank proof that tree collectives reproduce the
+// single-process canonical reduction bit for bit (run under mpirun by launch/lockstep demo).
+Runner add_collectives_demo(CLI::App& app);
+
+}  // namespace lockstep::cli
