@@ -1,0 +1,140 @@
+// Config loading, overrides, the resolved TOML round trip, validation messages and the
+// guarantee statement per layout.
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "launch/config.hpp"
+#include "launch/validate.hpp"
+#include "runtime/error.hpp"
+
+using namespace lockstep;
+using namespace lockstep::config;
+
+namespace {
+std::string preset(const char* name) { return std::string(LOCKSTEP_SOURCE_DIR) + "/launch/configs/" + name; }
+Config tiny() {
+  Config c;
+  load_toml_file(c, preset("tiny.toml"));
+  return c;
+}
+}  // namespace
+
+TEST_CASE("presets load and are valid on the layouts they are meant for") {
+  Config t = tiny();
+  REQUIRE(t.model.d_model == 128);
+  REQUIRE(t.model.dropout == 0.1);
+  for (int ranks : {1, 2, 4}) REQUIRE(config_problems(t, ranks).empty());
+  Config b;
+  load_toml_file(b, preset("bench-small.toml"));
+  REQUIRE(b.model.context == 256);
+  REQUIRE(b.data.global_batch == 16);
+  REQUIRE(config_problems(b, 2).empty());
+}
+
+TEST_CASE("--set overrides parse by the key's type") {
+  Config c = tiny();
+  apply_override(c, "parallel.tp=2");
+  apply_override(c, "optim.lr=0.5");
+  apply_override(c, "optim.lr=1");  // an integer is a fine number
+  apply_override(c, "model.bias=true");
+  apply_override(c, "run.out=runs/x y");
+  apply_override(c, "run.determinism=fast");
+  REQUIRE(c.parallel.tp == 2);
+  REQUIRE(c.optim.lr == 1.0);
+  REQUIRE(c.model.bias);
+  REQUIRE(c.run.out == "runs/x y");
+  REQUIRE_THROWS_WITH(apply_override(c, "parallel.tp=two"), Catch::Contains("an integer"));
+  REQUIRE_THROWS_WITH(apply_override(c, "model.bias=1"), Catch::Contains("true or false"));
+  REQUIRE_THROWS_WITH(apply_override(c, "run.determinism=exact"),
+                      Catch::Contains("invariant, deterministic, fast"));
+  REQUIRE_THROWS_WITH(apply_override(c, "tp"), Catch::Contains("section.key=value"));
+}
+
+TEST_CASE("unknown keys are errors that name the nearest valid key") {
+  Config c;
+  REQUIRE_THROWS_WITH(apply_override(c, "model.dmodel=3"), Catch::Contains("'model.d_model'"));
+  REQUIRE_THROWS_WITH(apply_override(c, "paralel.tp=3"), Catch::Contains("'parallel.tp'"));
+  REQUIRE_THROWS_WITH(load_toml_text(c, "[optim]\nlearning_rate = 1\n", "x.toml"),
+                      Catch::Contains("x.toml") && Catch::Contains("optim.learning_rate"));
+  REQUIRE_THROWS_WITH(load_toml_text(c, "[model]\nlayers = \"two\"\n", "x.toml"),
+                      Catch::Contains("model.layers must be an integer"));
+  REQUIRE_THROWS_WITH(load_toml_text(c, "[model\nlayers = 2\n", "x.toml"),
+                      Catch::Contains("x.toml:1") && Catch::Contains("syntax"));
+  REQUIRE_THROWS_WITH(load_toml_text(c, "steps = 3\n", "x.toml"), Catch::Contains("run.steps"));
+  REQUIRE_THROWS_WITH(load_toml_file(c, "/nonexistent.toml"), Catch::Contains("/nonexistent.toml"));
+  REQUIRE(nearest_key("d_modle") == "model.d_model");
+}
+
+TEST_CASE("the resolved config round-trips exactly") {
+  Config c = tiny();
+  apply_override(c, "optim.lr=0.00030000000000000003");
+  apply_override(c, "data.path=a \"quoted\" path");
+  const std::string text = to_toml(c);
+  Config d;
+  load_toml_text(d, text, "resolved");
+  REQUIRE(to_toml(d) == text);
+  REQUIRE(d.optim.lr == c.optim.lr);
+  REQUIRE(d.data.path == c.data.path);
+}
+
+TEST_CASE("bad configs: one clear line per problem") {
+  struct Case {
+    const char* set;
+    int ranks;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"parallel.tp=3", 3, "model.heads = 4 is not divisible by parallel.tp = 3"},
+      {"parallel.tp=2", 3, "ranks = 3 is not a multiple of parallel.tp = 2"},
+      {"model.ffn=501", 2, "model.ffn = 501 is not divisible by parallel.tp = 2"},
+      {"data.global_batch=6", 4, "data.global_batch = 6 is not divisible by dp x microbatch"},
+      {"parallel.microbatch=0", 1, "parallel.microbatch = 0 must be >= 1"},
+      {"model.heads=3", 1, "model.d_model = 128 is not divisible by model.heads = 3"},
+      {"model.dropout=1.5", 1, "model.dropout must be in [0, 1)"},
+      {"optim.eps=0", 1, "optim.eps must be > 0"},
+      {"numerics.reduce_block=0", 1, "numerics.reduce_block must be >= 1"},
+  };
+  for (const auto& k : cases) {
+    Config c = tiny();
+    if (std::string(k.set).rfind("model.ffn", 0) == 0) apply_override(c, "parallel.tp=2");
+    apply_override(c, k.set);
+    INFO(k.set << " on " << k.ranks << " ranks");
+    const auto problems = config_problems(c, k.ranks);
+    REQUIRE_FALSE(problems.empty());
+    bool found = false;
+    for (const auto& p : problems) found = found || p.find(k.message) != std::string::npos;
+    REQUIRE(found);
+    REQUIRE_THROWS_AS(validate_or_throw(c, k.ranks), Error);
+  }
+}
+
+TEST_CASE("guarantees: which layouts keep G3 and why not") {
+  auto holds = [](const Config& c, int ranks, const char* level) {
+    for (const auto& g : guarantees(c, ranks).levels)
+      if (g.level == level) return g.holds;
+    return false;
+  };
+  Config c = tiny();
+  for (auto [tp, ranks, mb] : {std::tuple{1, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 4, 1}, {1, 1, 2}, {1, 2, 2}}) {
+    c.parallel.tp = tp;
+    c.parallel.microbatch = mb;
+    INFO("tp=" << tp << " ranks=" << ranks << " mb=" << mb);
+    REQUIRE(holds(c, ranks, "G3"));
+    REQUIRE(holds(c, ranks, "G4"));
+  }
+  c.parallel.tp = 4;  // d_model / 4 = 32 < one block of 64
+  REQUIRE_FALSE(holds(c, 4, "G3"));
+  REQUIRE(guarantees(c, 4).summary().find("d_model / tp") != std::string::npos);
+  REQUIRE(holds(c, 4, "G1"));
+  c.parallel.tp = 1;
+  c.data.global_batch = 12;  // 3 ranks x 4 sequences: DP = 3
+  REQUIRE_FALSE(holds(c, 3, "G3"));
+  REQUIRE(guarantees(c, 3).summary().find("DP = 3 is not a power of two") != std::string::npos);
+  c = tiny();
+  c.run.determinism = "deterministic";
+  REQUIRE(holds(c, 2, "G2"));
+  REQUIRE_FALSE(holds(c, 2, "G3"));
+  c.run.determinism = "fast";
+  REQUIRE_FALSE(holds(c, 1, "G1"));
+}
