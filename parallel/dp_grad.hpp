@@ -1,0 +1,48 @@
+// Data-parallel gradient reduction (DESIGN.md section 2, "weight gradients"): a step's
+// gradient is one canonical sum over all tokens of the global batch. Each microbatch's
+// backward yields a subtree over its tokens; GradReducer merges the microbatches of this
+// rank with a binary counter (so microbatch size and accumulation count are free) and then
+// combines the DP ranks with the canonical tree (allreduce, or reduce-scatter for the
+// distributed optimizer).
+// Determinism contract: in invariant mode the reduced gradient equals the single-process
+// gradient bit for bit whenever each microbatch and each DP rank owns a power-of-two
+// number of whole token blocks (launch/validate.hpp states when). In deterministic and fast
+// modes the microbatches are merged by the same counter and ranks by MPI_Allreduce /
+// MPI_Reduce_scatter_block: fixed for a layout, not across layouts.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/comm.hpp"
+#include "runtime/csum.hpp"
+#include "runtime/determinism.hpp"
+
+namespace lockstep {
+
+class GradReducer {
+ public:
+  // `len` floats: the flat gradient buffer (all gradient terms of this rank, in order).
+  GradReducer(std::int64_t len, Determinism mode);
+
+  // Starts a new step: forgets all microbatches.
+  void reset();
+  // Adds one microbatch's gradient subtree (len floats). All microbatches of a step hold
+  // the same number of sequences.
+  void push_microbatch(const float* grads);
+  std::int64_t microbatches() const { return counter_.leaves(); }
+
+  // Writes the merged gradient of this rank's microbatches into out (len floats), then
+  // sums over `dp` in place: tree allreduce (invariant) or MPI_Allreduce (otherwise).
+  void allreduce(const Communicator& dp, std::span<float> out) const;
+  // The same, but reduce-scatters over dp: `out` receives this DP rank's segment r of
+  // size len / dp.size() (len must be a multiple of dp.size(); pad the flat buffer).
+  void reduce_scatter(const Communicator& dp, std::span<float> out) const;
+
+ private:
+  std::int64_t len_;
+  Determinism mode_;
+  BinaryCounter counter_;
+};
+
+}  // namespace lockstep
