@@ -15,5 +15,9 @@ Runner add_info(CLI::App& app);
 // `lockstep collectives-demo`: the multi-rank proof that tree collectives reproduce the
 // single-process canonical reduction bit for bit (run under mpirun by launch/lockstep demo).
 Runner add_collectives_demo(CLI::App& app);
+// `lockstep data preprocess|inspect|synth`: Megatron indexed datasets with the byte tokenizer.
+Runner add_data(CLI::App& app);
+// `lockstep run`: validate, compose and exec mpirun for `lockstep train`.
+Runner add_run(CLI::App& app);
 
 }  // namespace lockstep::cli

@@ -14,6 +14,8 @@ int main(int argc, char** argv) {
   std::map<std::string, lockstep::cli::Runner> runners;
   runners["info"] = lockstep::cli::add_info(app);
   runners["collectives-demo"] = lockstep::cli::add_collectives_demo(app);
+  runners["data"] = lockstep::cli::add_data(app);
+  runners["run"] = lockstep::cli::add_run(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

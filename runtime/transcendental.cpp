@@ -1,0 +1,173 @@
+// Scalar lane type, the scalar API and the ISA dispatch of the array API
+// (runtime/transcendental.hpp). This file is compiled for baseline x86-64: std::fma is the
+// correctly rounded fma (hardware FMA through glibc's ifunc where present, exact software emulation
+// otherwise), so the scalar path computes the same bits as the AVX2 / AVX-512 paths, which use the
+// FMA instruction.
+#include "runtime/transcendental.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "runtime/error.hpp"
+
+namespace lockstep::math::detail {
+namespace {
+
+struct SM {
+  bool v;
+  friend SM operator&(SM a, SM b) { return {a.v && b.v}; }
+  friend SM operator|(SM a, SM b) { return {a.v || b.v}; }
+};
+
+struct SI {
+  uint32_t v;  // unsigned inside, so wrap-around is defined
+  SI() = default;
+  explicit SI(int32_t x) : v(uint32_t(x)) {}
+  static SI raw(uint32_t x) {
+    SI r;
+    r.v = x;
+    return r;
+  }
+  friend SI operator+(SI a, SI b) { return raw(a.v + b.v); }
+  friend SI operator-(SI a, SI b) { return raw(a.v - b.v); }
+  friend SI operator&(SI a, SI b) { return raw(a.v & b.v); }
+  friend SI operator|(SI a, SI b) { return raw(a.v | b.v); }
+  friend SI operator^(SI a, SI b) { return raw(a.v ^ b.v); }
+  friend SM operator==(SI a, SI b) { return {a.v == b.v}; }
+};
+template <int N>
+inline SI shl(SI a) {
+  return SI::raw(a.v << N);
+}
+template <int N>
+inline SI sra(SI a) {
+  return SI(int32_t(a.v) >> N);  // arithmetic shift (C++20)
+}
+
+struct SF {
+  using I = SI;
+  using M = SM;
+  float v;
+  SF() = default;
+  SF(float x) : v(x) {}  // NOLINT: broadcast
+  friend SF operator+(SF a, SF b) { return a.v + b.v; }
+  friend SF operator-(SF a, SF b) { return a.v - b.v; }
+  friend SF operator-(SF a) { return -a.v; }
+  friend SF operator*(SF a, SF b) { return a.v * b.v; }
+  friend SF operator/(SF a, SF b) { return a.v / b.v; }
+  friend SM operator<(SF a, SF b) { return {a.v < b.v}; }
+  friend SM operator<=(SF a, SF b) { return {a.v <= b.v}; }
+  friend SM operator>(SF a, SF b) { return {a.v > b.v}; }
+  friend SM operator>=(SF a, SF b) { return {a.v >= b.v}; }
+  friend SM operator==(SF a, SF b) { return {a.v == b.v}; }
+  friend SM operator!=(SF a, SF b) { return {a.v != b.v}; }
+};
+inline SF fma(SF a, SF b, SF c) {
+  return std::fma(a.v, b.v, c.v);
+}
+inline SI as_int(SF a) {
+  uint32_t u;
+  std::memcpy(&u, &a.v, 4);
+  return SI::raw(u);
+}
+inline SF as_float(SI a) {
+  float f;
+  std::memcpy(&f, &a.v, 4);
+  return f;
+}
+inline SF to_float(SI a) {
+  return float(int32_t(a.v));
+}
+// Selects by bits (never by a float move that could quiet a signaling NaN).
+inline SF sel(SM m, SF a, SF b) {
+  return as_float(m.v ? as_int(a) : as_int(b));
+}
+
+}  // namespace
+}  // namespace lockstep::math::detail
+
+#include "runtime/transcendental_impl.hpp"
+
+namespace lockstep::math {
+namespace detail {
+namespace {
+
+void run_scalar(Fn fn, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = apply_(fn, SF(x[i])).v;
+}
+
+void run(const KernelCtx& ctx, Fn fn, const float* x, float* y, int64_t n, const char* name) {
+  validate(ctx);
+  check(n >= 0, std::string("math::") + name + ": negative length " + std::to_string(n),
+        "pass the element count of the arrays");
+  if (n == 0) return;
+  check(x != nullptr && y != nullptr, std::string("math::") + name + ": null array",
+        "pass valid input and output pointers");
+  auto body = [&](int64_t b, int64_t e) {
+    switch (ctx.isa) {
+      case Isa::scalar:
+        run_scalar(fn, x + b, y + b, e - b);
+        break;
+      case Isa::avx2:
+        run_avx2(fn, x + b, y + b, e - b);
+        break;
+      case Isa::avx512:
+        run_avx512(fn, x + b, y + b, e - b);
+        break;
+    }
+  };
+  constexpr int64_t kChunk = 16384;  // elementwise: chunking and threads never change bits
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (ctx.threads <= 1 || chunks <= 1) {
+    body(0, n);
+    return;
+  }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
+}  // namespace
+}  // namespace detail
+
+float ls_exp(float x) {
+  return detail::exp_k(detail::SF(x)).v;
+}
+float ls_log(float x) {
+  return detail::log_k(detail::SF(x)).v;
+}
+float ls_tanh(float x) {
+  return detail::tanh_k(detail::SF(x)).v;
+}
+float ls_erf(float x) {
+  return detail::erf_k(detail::SF(x)).v;
+}
+float ls_sinpi(float x) {
+  return detail::sinpi_k(detail::SF(x)).v;
+}
+float ls_cospi(float x) {
+  return detail::cospi_k(detail::SF(x)).v;
+}
+float ls_gelu_tanh(float x) {
+  return detail::gelu_tanh_k(detail::SF(x)).v;
+}
+float ls_gelu_tanh_grad(float x) {
+  return detail::gelu_tanh_grad_k(detail::SF(x)).v;
+}
+
+#define LOCKSTEP_MATH_ARRAY(NAME)                                        \
+  void NAME(const KernelCtx& ctx, const float* x, float* y, int64_t n) { \
+    detail::run(ctx, detail::Fn::NAME, x, y, n, #NAME);                  \
+  }
+LOCKSTEP_MATH_ARRAY(exp)
+LOCKSTEP_MATH_ARRAY(log)
+LOCKSTEP_MATH_ARRAY(tanh)
+LOCKSTEP_MATH_ARRAY(erf)
+LOCKSTEP_MATH_ARRAY(sinpi)
+LOCKSTEP_MATH_ARRAY(cospi)
+LOCKSTEP_MATH_ARRAY(gelu_tanh)
+LOCKSTEP_MATH_ARRAY(gelu_tanh_grad)
+#undef LOCKSTEP_MATH_ARRAY
+
+}  // namespace lockstep::math
