@@ -19,5 +19,7 @@ Runner add_collectives_demo(CLI::App& app);
 Runner add_data(CLI::App& app);
 // `lockstep run`: validate, compose and exec mpirun for `lockstep train`.
 Runner add_run(CLI::App& app);
+// `lockstep train`: the per-rank training program.
+Runner add_train(CLI::App& app);
 
 }  // namespace lockstep::cli

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   runners["collectives-demo"] = lockstep::cli::add_collectives_demo(app);
   runners["data"] = lockstep::cli::add_data(app);
   runners["run"] = lockstep::cli::add_run(app);
+  runners["train"] = lockstep::cli::add_train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -1,0 +1,239 @@
+// bench_gemm: GFLOP/s of the canonical, chain, eigen and openblas GEMMs on the model shapes.
+// Prints one JSON object per line:
+//   {"bench":"gemm","impl","m","n","k","ta","tb","threads","isa","block","reps","gflops",
+//    "gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
+// gflops is the median over --reps trials (gflops_min/max its spread); each trial times
+// back-to-back calls for at least --min-time seconds. Impls are interleaved per trial, so
+// all impls of one shape see the same machine noise; compare ratios within one run.
+// OpenBLAS's idle pool threads spin after each call and would steal a core from the next
+// impl, so the bench re-executes itself once with OPENBLAS_THREAD_TIMEOUT=4 (shortest spin)
+// and OPENBLAS_NUM_THREADS = the largest --threads value unless they are already set.
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/isa.hpp"
+
+using namespace lockstep;
+
+namespace {
+
+struct GemmShape {
+  std::string name;
+  std::int64_t m, n, k;
+  Trans ta, tb;
+};
+
+// The model's GEMMs: forward Y = X W^T (NT), input grad dX = dY W (NN), weight grad
+// dW = dY^T X (TN, K = tokens), plus plain squares (NN).
+std::vector<GemmShape> all_shapes() {
+  return {
+      {"4096x256x256", 4096, 256, 256, Trans::N, Trans::T},
+      {"4096x1024x256", 4096, 1024, 256, Trans::N, Trans::T},
+      {"4096x256x1024", 4096, 256, 1024, Trans::N, Trans::N},
+      {"256x256x4096", 256, 256, 4096, Trans::T, Trans::N},
+      {"256x1024x4096", 256, 1024, 4096, Trans::T, Trans::N},
+      {"512", 512, 512, 512, Trans::N, Trans::N},
+      {"1024", 1024, 1024, 1024, Trans::N, Trans::N},
+      {"2048", 2048, 2048, 2048, Trans::N, Trans::N},
+  };
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ','))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+double now(bool cpu) {
+  if (!cpu)
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + 1e-9 * ts.tv_nsec;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string openblas_core() {
+  const std::string info = gemm_vendor_info();
+  const auto at = info.find("; core ");
+  if (at == std::string::npos) return "?";
+  const auto end = info.find(';', at + 7);
+  return info.substr(at + 7, end == std::string::npos ? end : end - at - 7);
+}
+
+void maybe_reexec(char** argv, int max_threads) {
+  if (std::getenv("LOCKSTEP_BENCH_GEMM_CHILD")) return;
+  setenv("LOCKSTEP_BENCH_GEMM_CHILD", "1", 1);
+  // OpenBLAS 0.3.21 does not know every AVX-512 CPU model (e.g. recent Xeons under KVM) and
+  // then falls back to SSE3 "Prescott" kernels at ~1/8 speed. Pin its AVX-512 kernels.
+  std::string core = openblas_core();
+  for (auto& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (!std::getenv("OPENBLAS_CORETYPE") && isa_supported(Isa::avx512) && core != "skylakex" &&
+      core != "cooperlake" && core != "sapphirerapids")
+    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
+  if (!std::getenv("OPENBLAS_NUM_THREADS"))
+    setenv("OPENBLAS_NUM_THREADS", std::to_string(max_threads).c_str(), 1);
+  execv("/proc/self/exe", argv);
+  // exec failed: run in this process with whatever settings we have.
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"GEMM throughput: canonical vs chain vs vendor libraries"};
+  std::string impls_s = "canonical,chain,eigen,openblas";
+  std::string threads_s = "1,2";
+  std::string shapes_s = "model";
+  std::string isa_s = "auto";
+  int reps = 7, block = 64;
+  double min_time = 0.2;
+  std::string clock_s = "wall";
+  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1;
+  app.add_option("--impls", impls_s, "comma list of canonical,chain,eigen,openblas,reference");
+  app.add_option("--threads", threads_s, "comma list of thread counts");
+  app.add_option("--shapes", shapes_s,
+                 "comma list of shape names (e.g. 4096x256x256,512), 'model', 'squares' or "
+                 "'all'; custom MxNxK[:TATB] also accepted, e.g. 300x200x100:NT");
+  app.add_option("--reps", reps, "trials per impl and shape (median reported)");
+  app.add_option("--min-time", min_time, "seconds per trial (calls repeat until reached)");
+  app.add_option("--clock", clock_s,
+                 "wall: elapsed time (the real figure); cpu: process CPU time / threads (a "
+                 "tuning aid on a loaded machine: ignores time spent descheduled)")
+      ->check(CLI::IsMember({"wall", "cpu"}));
+  app.add_option("--isa", isa_s, "ISA path for canonical/chain: auto, scalar, avx2, avx512");
+  app.add_option("--block", block, "reduce_block B of the canonical sum");
+  app.add_option("--kc", kc, "override the K panel target (tuning experiment)");
+  app.add_option("--nc", nc, "override the B panel width (tuning experiment)");
+  app.add_option("--mc", mc, "override the A block height (tuning experiment)");
+  app.add_option("--b-resident", resident,
+                 "override the B-resident loop order limit in floats (0 = off)");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    std::vector<int> threads;
+    for (const auto& t : split(threads_s)) threads.push_back(std::stoi(t));
+    maybe_reexec(argv, *std::max_element(threads.begin(), threads.end()));
+    std::vector<GemmImpl> impls;
+    for (const auto& s : split(impls_s)) impls.push_back(parse_gemm_impl(s));
+    const Isa isa = parse_isa(isa_s);
+    const std::string core = openblas_core();
+    const bool cpu = clock_s == "cpu";
+    GemmTuning tun = gemm_tuning();
+    if (kc > 0) tun.kc_target = kc;
+    if (nc > 0) tun.nc = nc;
+    if (mc > 0) tun.mc = mc;
+    if (resident >= 0) tun.b_resident_floats = resident;
+    set_gemm_tuning(tun);
+
+    std::vector<GemmShape> shapes;
+    const auto known = all_shapes();
+    for (const auto& name : split(shapes_s)) {
+      if (name == "all") {
+        shapes.insert(shapes.end(), known.begin(), known.end());
+      } else if (name == "model") {
+        shapes.insert(shapes.end(), known.begin(), known.begin() + 5);
+      } else if (name == "squares") {
+        shapes.insert(shapes.end(), known.begin() + 5, known.end());
+      } else {
+        auto it = std::find_if(known.begin(), known.end(),
+                               [&](const GemmShape& s) { return s.name == name; });
+        if (it != known.end()) {
+          shapes.push_back(*it);
+          continue;
+        }
+        long long m, n, k;
+        char ta = 'N', tb = 'N';
+        const int got = std::sscanf(name.c_str(), "%lldx%lldx%lld:%c%c", &m, &n, &k, &ta, &tb);
+        check(got == 3 || got == 5, "bench_gemm: unknown shape '" + name + "'",
+              "use a shape name, 'model', 'squares', 'all' or MxNxK[:TATB]");
+        shapes.push_back(
+            {name, m, n, k, ta == 'T' ? Trans::T : Trans::N, tb == 'T' ? Trans::T : Trans::N});
+      }
+    }
+
+    std::fprintf(stderr, "bench_gemm: %s\n", gemm_vendor_info().c_str());
+    for (const GemmShape& sh : shapes) {
+      const std::int64_t arows = sh.ta == Trans::N ? sh.m : sh.k,
+                         acols = sh.ta == Trans::N ? sh.k : sh.m;
+      const std::int64_t brows = sh.tb == Trans::N ? sh.k : sh.n,
+                         bcols = sh.tb == Trans::N ? sh.n : sh.k;
+      std::vector<float> A(static_cast<std::size_t>(arows * acols)),
+          B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * sh.n));
+      std::uint64_t s = 1;
+      for (auto* v : {&A, &B})
+        for (auto& x : *v) {
+          s = s * 6364136223846793005ull + 1442695040888963407ull;
+          x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+        }
+      const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
+      for (int t : threads) {
+        const KernelCtx ctx{isa, t, block};
+        auto call = [&](GemmImpl impl) {
+          gemm(ctx, impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), acols, B.data(), bcols,
+               C.data(), sh.n);
+        };
+        // Calibrate calls per trial so one trial lasts about min_time.
+        std::vector<int> calls(impls.size());
+        for (std::size_t i = 0; i < impls.size(); ++i) {
+          call(impls[i]);  // warm up (packing buffers, thread pools)
+          const double t0 = now(cpu);
+          call(impls[i]);
+          const double dt = (now(cpu) - t0) / (cpu ? t : 1);
+          calls[i] = std::max(1, static_cast<int>(min_time / std::max(dt, 1e-7)));
+        }
+        std::vector<std::vector<double>> secs(impls.size());
+        for (int r = 0; r < reps; ++r) {
+          for (std::size_t i = 0; i < impls.size(); ++i) {
+            const double t0 = now(cpu);
+            for (int c = 0; c < calls[i]; ++c) call(impls[i]);
+            const double dt = (now(cpu) - t0) / (cpu ? t : 1);
+            secs[i].push_back(dt / calls[i]);
+          }
+        }
+        for (std::size_t i = 0; i < impls.size(); ++i) {
+          const double med = median(secs[i]);
+          const double lo = *std::min_element(secs[i].begin(), secs[i].end());
+          const double hi = *std::max_element(secs[i].begin(), secs[i].end());
+          std::printf(
+              "{\"bench\":\"gemm\",\"impl\":\"%s\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
+              "\"k\":%lld,\"ta\":\"%s\",\"tb\":\"%s\",\"threads\":%d,\"isa\":\"%s\","
+              "\"block\":%d,\"reps\":%d,\"gflops\":%.2f,\"gflops_min\":%.2f,"
+              "\"gflops_max\":%.2f,\"seconds\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
+              "\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
+              gemm_impl_name(impls[i]), sh.name.c_str(), static_cast<long long>(sh.m),
+              static_cast<long long>(sh.n), static_cast<long long>(sh.k),
+              sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T", t, isa_name(isa), block,
+              reps, flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi,
+              core.c_str(), clock_s.c_str());
+          std::fflush(stdout);
+        }
+      }
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "bench_gemm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

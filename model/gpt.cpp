@@ -1,0 +1,419 @@
+#include "model/gpt.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <span>
+#include <string>
+
+#include "model/ops.hpp"
+#include "parallel/vocab_parallel.hpp"
+#include "runtime/csum.hpp"
+#include "runtime/error.hpp"
+#include "runtime/random.hpp"
+#include "runtime/transcendental.hpp"
+
+namespace lockstep {
+
+namespace {
+using Buf = std::vector<float>;
+using Mask = std::vector<std::uint8_t>;
+
+void ensure(Buf& b, std::int64_t n) {
+  if (static_cast<std::int64_t>(b.size()) != n) b.assign(static_cast<std::size_t>(n), 0.0f);
+}
+void ensure(Mask& b, std::int64_t n) {
+  if (static_cast<std::int64_t>(b.size()) != n) b.assign(static_cast<std::size_t>(n), 0);
+}
+std::span<float> sp(Buf& b) { return std::span<float>(b.data(), b.size()); }
+
+struct LayerIdx {
+  int ln1w, ln1b, q, qb, k, kb, v, vb, proj, projb, ln2w, ln2b, fc1, fc1b, fc2, fc2b;
+};
+
+struct LayerActs {
+  Buf xhat1, rstd1, a1, q, k, v, probs, probs_d, o, xhat2, rstd2, a2, u, g;
+  Mask keep_attn, keep_proj, keep_fc2;
+};
+}  // namespace
+
+struct Gpt::Impl {
+  std::int64_t T = 0, mb = 0, step = 0;
+  bool train = false, dropout_on = false;
+  std::vector<LayerIdx> li;
+  int embed = 0, pos = 1, lnfw = 0, lnfb = 0;
+  // forward state
+  std::vector<std::int32_t> pos_of;
+  std::vector<std::int64_t> seq_ids;
+  Mask keep0;
+  Buf h, y, xhatf, rstdf, hf, logits, cmax, csumexp, ce_scratch, loss_tok;
+  std::vector<LayerActs> acts;
+  // backward scratch
+  Buf dh, dy, dbig, dsmall, qkv_part, dq, dk, dv, dhf, ln_scratch, attn_scratch;
+};
+
+Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx)
+    : cfg_(cfg), table_(ParamTable::build(cfg)), tp_(grid, mode, ctx),
+      impl_(std::make_unique<Impl>()) {
+  validate_model_config(cfg_, tp_.size());
+  for (std::size_t i = 0; i < table_.size(); ++i) {
+    const ParamSpec& s = table_[i];
+    const ShardDesc sd = s.shard(tp_.size(), tp_.rank());
+    Tensor p = Tensor::zeros(DType::f32, sd.local_shape(), s.name);
+    p.set_shard(sd);
+    params_.push_back(std::move(p));
+    std::vector<Tensor> terms;
+    for (const std::string& tn : s.terms) {
+      Tensor g = Tensor::zeros(DType::f32, sd.local_shape(), "grad/" + s.name + "/" + tn);
+      g.set_shard(sd);
+      terms.push_back(std::move(g));
+    }
+    grads_.push_back(std::move(terms));
+  }
+  auto idx = [&](const std::string& n) {
+    return table_.contains(n) ? static_cast<int>(table_.index_of(n)) : -1;
+  };
+  impl_->embed = idx("embed.weight");
+  impl_->pos = idx("pos_embed.weight");
+  impl_->lnfw = idx("final_ln.weight");
+  impl_->lnfb = idx("final_ln.bias");
+  for (std::int64_t l = 0; l < cfg_.layers; ++l) {
+    const std::string L = "layers." + std::to_string(l) + ".";
+    impl_->li.push_back(LayerIdx{idx(L + "ln1.weight"), idx(L + "ln1.bias"),
+                                 idx(L + "attn.q.weight"), idx(L + "attn.q.bias"),
+                                 idx(L + "attn.k.weight"), idx(L + "attn.k.bias"),
+                                 idx(L + "attn.v.weight"), idx(L + "attn.v.bias"),
+                                 idx(L + "attn.proj.weight"), idx(L + "attn.proj.bias"),
+                                 idx(L + "ln2.weight"), idx(L + "ln2.bias"),
+                                 idx(L + "mlp.fc1.weight"), idx(L + "mlp.fc1.bias"),
+                                 idx(L + "mlp.fc2.weight"), idx(L + "mlp.fc2.bias")});
+  }
+  impl_->acts.resize(static_cast<std::size_t>(cfg_.layers));
+}
+
+Gpt::~Gpt() = default;
+
+void Gpt::init(std::uint64_t seed) {
+  seed_ = seed;
+  for (std::size_t i = 0; i < table_.size(); ++i) init_param(table_[i], i, seed, params_[i]);
+}
+
+const std::vector<float>& Gpt::token_losses() const { return impl_->loss_tok; }
+
+float Gpt::forward_loss(const std::int32_t* tokens, const std::int32_t* labels,
+                        const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step,
+                        bool train) {
+  return forward(tokens, labels, seq_ids, mb, step, train);
+}
+
+float Gpt::forward_backward(const std::int32_t* tokens, const std::int32_t* labels,
+                            const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step,
+                            float loss_scale) {
+  const float loss = forward(tokens, labels, seq_ids, mb, step, true);
+  backward(tokens, labels, loss_scale);
+  return loss;
+}
+
+float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
+                   const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step, bool train) {
+  check(mb >= 1, "Gpt::forward: microbatch of " + std::to_string(mb) + " sequences",
+        "pass at least one sequence");
+  Impl& m = *impl_;
+  const KernelCtx& ctx = tp_.kernel();
+  const std::int64_t C = cfg_.context, d = cfg_.d_model, tp = tp_.size();
+  const std::int64_t T = mb * C, dl = d / tp, fl = cfg_.ffn / tp, vl = cfg_.vocab / tp;
+  const std::int64_t H = cfg_.heads, Hl = H / tp, hd = cfg_.head_dim();
+  const std::int64_t h0 = Hl * tp_.rank();  // first global head of this rank
+  m.T = T;
+  m.mb = mb;
+  m.step = step;
+  m.train = train;
+  m.dropout_on = train && cfg_.dropout > 0.0f;
+  const float p = cfg_.dropout, rs = m.dropout_on ? 1.0f / (1.0f - p) : 1.0f;
+  m.seq_ids.assign(seq_ids, seq_ids + mb);
+  m.pos_of.resize(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) m.pos_of[t] = static_cast<std::int32_t>(t % C);
+  auto P = [&](int i) { return i < 0 ? nullptr : params_[i].data<float>(); };
+
+  // ---- embedding: x0 = dropout(tok_emb + pos_emb) -------------------------------------
+  ensure(m.h, T * d);
+  ensure(m.y, T * d);
+  vocab_embedding_forward(tp_, tokens, T, P(m.embed), cfg_.vocab, d, m.h.data());
+  {
+    const float* pe = P(m.pos);
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (std::int64_t t = 0; t < T; ++t) {
+      float* x = m.h.data() + t * d;
+      const float* pr = pe + (t % C) * d;
+      for (std::int64_t k = 0; k < d; ++k) x[k] = x[k] + pr[k];
+    }
+  }
+  if (m.dropout_on) {
+    ensure(m.keep0, T * d);
+    dropout_keep_tokens(ctx, seed_, dropout_stream(step, 0, kDropEmbed), seq_ids, T, C, d, p,
+                        m.keep0.data());
+    dropout_apply(ctx, m.h.data(), m.keep0.data(), rs, T * d, m.h.data());
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int B = ctx.reduce_block;
+  for (std::int64_t l = 0; l < cfg_.layers; ++l) {
+    const LayerIdx& I = m.li[l];
+    LayerActs& A = m.acts[l];
+    ensure(A.xhat1, T * d);
+    ensure(A.rstd1, T);
+    ensure(A.a1, T * d);
+    layernorm_forward(ctx, m.h.data(), T, d, P(I.ln1w), P(I.ln1b), cfg_.ln_eps, A.xhat1.data(),
+                      A.rstd1.data(), A.a1.data());
+    ensure(A.q, T * dl);
+    ensure(A.k, T * dl);
+    ensure(A.v, T * dl);
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.q), dl, P(I.qb), A.q.data());
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.k), dl, P(I.kb), A.k.data());
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.v), dl, P(I.vb), A.v.data());
+
+    // ---- attention per (sequence, local head) ----
+    ensure(A.probs, mb * Hl * C * C);
+    ensure(A.o, T * dl);
+    if (m.dropout_on) {
+      ensure(A.probs_d, mb * Hl * C * C);
+      ensure(A.keep_attn, mb * Hl * C * C);
+    }
+    const std::uint64_t attn_stream = dropout_stream(step, l + 1, kDropAttn);
+    const bool drop = m.dropout_on;
+#pragma omp parallel num_threads(ctx.threads)
+    {
+      Buf tmp(static_cast<std::size_t>(C));
+#pragma omp for schedule(static)
+      for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
+        const std::int64_t b = bh / Hl, hh = bh % Hl;
+        const float* Q = A.q.data() + b * C * dl + hh * hd;
+        const float* K = A.k.data() + b * C * dl + hh * hd;
+        const float* V = A.v.data() + b * C * dl + hh * hd;
+        float* S = A.probs.data() + bh * C * C;
+        tp_.gemm(Trans::N, Trans::T, C, C, hd, Q, dl, K, dl, S, C, true);
+        const KernelCtx ctx1 = tp_.kernel1();
+        for (std::int64_t i = 0; i < C; ++i) {
+          float* s = S + i * C;
+          float mx = s[0] * scale;
+          for (std::int64_t j = 0; j <= i; ++j) {
+            s[j] = s[j] * scale;
+            mx = s[j] > mx ? s[j] : mx;
+          }
+          for (std::int64_t j = 0; j <= i; ++j) s[j] = s[j] - mx;
+          math::exp(ctx1, s, s, i + 1);
+          const float sum = csum(s, i + 1, B);
+          for (std::int64_t j = 0; j <= i; ++j) s[j] = s[j] / sum;
+          for (std::int64_t j = i + 1; j < C; ++j) s[j] = 0.0f;
+        }
+        const float* Pv = S;
+        if (drop) {
+          float* Pd = A.probs_d.data() + bh * C * C;
+          std::uint8_t* keep = A.keep_attn.data() + bh * C * C;
+          const std::int64_t gh = h0 + hh;
+          for (std::int64_t i = 0; i < C; ++i) {
+            const std::int64_t first = ((seq_ids[b] * H + gh) * C + i) * C;
+            // Only the causal prefix draws: masked probabilities are +0.0 either way.
+            dropout_keep_row(seed_, attn_stream, first, i + 1, p, keep + i * C, tmp.data());
+            for (std::int64_t j = 0; j <= i; ++j)
+              Pd[i * C + j] = keep[i * C + j] ? S[i * C + j] * rs : 0.0f;
+            for (std::int64_t j = i + 1; j < C; ++j) {
+              keep[i * C + j] = 0;
+              Pd[i * C + j] = 0.0f;
+            }
+          }
+          Pv = Pd;
+        }
+        float* O = A.o.data() + b * C * dl + hh * hd;
+        tp_.gemm(Trans::N, Trans::N, C, hd, C, Pv, C, V, dl, O, dl, true);
+      }
+    }
+    // ---- proj (row-parallel) + dropout + residual ----
+    row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data());
+    if (m.dropout_on) {
+      ensure(A.keep_proj, T * d);
+      dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, kDropProj), seq_ids, T, C, d, p,
+                          A.keep_proj.data());
+      dropout_apply(ctx, m.y.data(), A.keep_proj.data(), rs, T * d, m.y.data());
+    }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+
+    // ---- MLP ----
+    ensure(A.xhat2, T * d);
+    ensure(A.rstd2, T);
+    ensure(A.a2, T * d);
+    layernorm_forward(ctx, m.h.data(), T, d, P(I.ln2w), P(I.ln2b), cfg_.ln_eps, A.xhat2.data(),
+                      A.rstd2.data(), A.a2.data());
+    ensure(A.u, T * fl);
+    ensure(A.g, T * fl);
+    column_linear_forward(tp_, A.a2.data(), T, d, P(I.fc1), fl, P(I.fc1b), A.u.data());
+    {
+      const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
+      const KernelCtx ctx1 = tp_.kernel1();
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+      for (std::int64_t c = 0; c < nch; ++c) {
+        const std::int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+        math::gelu_tanh(ctx1, A.u.data() + lo, A.g.data() + lo, len);
+      }
+    }
+    row_linear_forward(tp_, A.g.data(), T, fl, P(I.fc2), d, P(I.fc2b), m.y.data());
+    if (m.dropout_on) {
+      ensure(A.keep_fc2, T * d);
+      dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, kDropFc2), seq_ids, T, C, d, p,
+                          A.keep_fc2.data());
+      dropout_apply(ctx, m.y.data(), A.keep_fc2.data(), rs, T * d, m.y.data());
+    }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+    for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+  }
+
+  // ---- final LN, tied LM head, vocab-parallel cross-entropy ----
+  ensure(m.xhatf, T * d);
+  ensure(m.rstdf, T);
+  ensure(m.hf, T * d);
+  layernorm_forward(ctx, m.h.data(), T, d, P(m.lnfw), P(m.lnfb), cfg_.ln_eps, m.xhatf.data(),
+                    m.rstdf.data(), m.hf.data());
+  ensure(m.logits, T * vl);
+  tp_.gemm(Trans::N, Trans::T, T, vl, d, m.hf.data(), d, P(m.embed), d, m.logits.data(), vl);
+  ensure(m.cmax, T);
+  ensure(m.csumexp, T);
+  ensure(m.ce_scratch, 2 * T);
+  ensure(m.loss_tok, T);
+  vocab_parallel_ce_forward(tp_, m.logits.data(), labels, T, cfg_.vocab, m.cmax.data(),
+                            m.csumexp.data(), m.ce_scratch.data(), m.loss_tok.data());
+  return csum(m.loss_tok.data(), T, B);
+}
+
+void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale) {
+  Impl& m = *impl_;
+  const KernelCtx& ctx = tp_.kernel();
+  const std::int64_t C = cfg_.context, d = cfg_.d_model, tp = tp_.size();
+  const std::int64_t T = m.T, mb = m.mb, dl = d / tp, fl = cfg_.ffn / tp, vl = cfg_.vocab / tp;
+  const std::int64_t Hl = cfg_.heads / tp, hd = cfg_.head_dim();
+  const float p = cfg_.dropout, rs = m.dropout_on ? 1.0f / (1.0f - p) : 1.0f;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const int B = ctx.reduce_block;
+  auto P = [&](int i) { return i < 0 ? nullptr : params_[i].data<float>(); };
+  auto G = [&](int i, int term = 0) { return i < 0 ? nullptr : grads_[i][term].data<float>(); };
+
+  // ---- cross-entropy and tied LM head ----
+  vocab_parallel_ce_backward(tp_, m.logits.data(), m.csumexp.data(), labels, T, cfg_.vocab,
+                             loss_scale);
+  const float* dlog = m.logits.data();
+  tp_.gemm(Trans::T, Trans::N, vl, d, T, dlog, vl, m.hf.data(), d, G(m.embed, 0), d);
+  ensure(m.dhf, T * d);
+  tp_.gemm(Trans::N, Trans::N, T, d, vl, dlog, vl, P(m.embed), d, m.dhf.data(), d);
+  copy_to_tp_backward(tp_, sp(m.dhf));
+  ensure(m.dh, T * d);
+  ensure(m.dy, T * d);
+  ensure(m.ln_scratch, T * d);
+  layernorm_backward(ctx, m.dhf.data(), m.xhatf.data(), m.rstdf.data(), P(m.lnfw), T, d,
+                     m.dh.data(), false, G(m.lnfw), G(m.lnfb), m.ln_scratch.data());
+
+  ensure(m.dbig, T * fl);
+  ensure(m.dsmall, T * dl);
+  ensure(m.qkv_part, 3 * T * d);
+  ensure(m.dq, T * dl);
+  ensure(m.dk, T * dl);
+  ensure(m.dv, T * dl);
+  const int nth = ctx.threads;
+  ensure(m.attn_scratch, static_cast<std::int64_t>(nth) * C * C);
+
+  for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerIdx& I = m.li[l];
+    LayerActs& A = m.acts[l];
+    // ---- MLP branch ----
+    const float* dy = m.dh.data();
+    if (m.dropout_on) {
+      dropout_apply(ctx, m.dh.data(), A.keep_fc2.data(), rs, T * d, m.dy.data());
+      dy = m.dy.data();
+    }
+    row_linear_backward(tp_, A.g.data(), dy, T, fl, P(I.fc2), d, G(I.fc2), G(I.fc2b),
+                        m.dbig.data());
+    {
+      // du = dg * gelu'(u), gelu' staged in g's slot of the scratch row by row.
+      const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
+      const KernelCtx ctx1 = tp_.kernel1();
+#pragma omp parallel num_threads(nth)
+      {
+        Buf gp(static_cast<std::size_t>(chunk));
+#pragma omp for schedule(static)
+        for (std::int64_t c = 0; c < nch; ++c) {
+          const std::int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+          math::gelu_tanh_grad(ctx1, A.u.data() + lo, gp.data(), len);
+          float* dg = m.dbig.data() + lo;
+          for (std::int64_t e = 0; e < len; ++e) dg[e] = dg[e] * gp[e];
+        }
+      }
+    }
+    column_linear_backward(tp_, A.a2.data(), m.dbig.data(), T, d, P(I.fc1), fl, G(I.fc1),
+                           G(I.fc1b), m.dy.data());
+    copy_to_tp_backward(tp_, sp(m.dy));
+    layernorm_backward(ctx, m.dy.data(), A.xhat2.data(), A.rstd2.data(), P(I.ln2w), T, d,
+                       m.dh.data(), true, G(I.ln2w), G(I.ln2b), m.ln_scratch.data());
+
+    // ---- attention branch ----
+    dy = m.dh.data();
+    if (m.dropout_on) {
+      dropout_apply(ctx, m.dh.data(), A.keep_proj.data(), rs, T * d, m.dy.data());
+      dy = m.dy.data();
+    }
+    row_linear_backward(tp_, A.o.data(), dy, T, dl, P(I.proj), d, G(I.proj), G(I.projb),
+                        m.dsmall.data());
+    const bool drop = m.dropout_on;
+#pragma omp parallel num_threads(nth)
+    {
+      float* dP = m.attn_scratch.data() + static_cast<std::int64_t>(omp_get_thread_num()) * C * C;
+#pragma omp for schedule(static)
+      for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
+        const std::int64_t b = bh / Hl, hh = bh % Hl;
+        const std::int64_t off = b * C * dl + hh * hd;
+        const float* Q = A.q.data() + off;
+        const float* K = A.k.data() + off;
+        const float* V = A.v.data() + off;
+        const float* dO = m.dsmall.data() + off;
+        const float* Pm = A.probs.data() + bh * C * C;
+        const float* Pv = drop ? A.probs_d.data() + bh * C * C : Pm;
+        tp_.gemm(Trans::N, Trans::T, C, C, hd, dO, dl, V, dl, dP, C, true);
+        tp_.gemm(Trans::T, Trans::N, C, hd, C, Pv, C, dO, dl, m.dv.data() + off, dl, true);
+        if (drop) {
+          const std::uint8_t* keep = A.keep_attn.data() + bh * C * C;
+          for (std::int64_t e = 0; e < C * C; ++e) dP[e] = keep[e] ? dP[e] * rs : 0.0f;
+        }
+        for (std::int64_t i = 0; i < C; ++i) {
+          const float* pr = Pm + i * C;
+          float* g = dP + i * C;
+          const float dot = cdot(pr, g, i + 1, B);
+          for (std::int64_t j = 0; j <= i; ++j) g[j] = (pr[j] * (g[j] - dot)) * scale;
+          for (std::int64_t j = i + 1; j < C; ++j) g[j] = 0.0f;
+        }
+        tp_.gemm(Trans::N, Trans::N, C, hd, C, dP, C, K, dl, m.dq.data() + off, dl, true);
+        tp_.gemm(Trans::T, Trans::N, C, hd, C, dP, C, Q, dl, m.dk.data() + off, dl, true);
+      }
+    }
+    float* pq = m.qkv_part.data();
+    float* pk = pq + T * d;
+    float* pv = pk + T * d;
+    column_linear_backward(tp_, A.a1.data(), m.dq.data(), T, d, P(I.q), dl, G(I.q), G(I.qb), pq);
+    column_linear_backward(tp_, A.a1.data(), m.dk.data(), T, d, P(I.k), dl, G(I.k), G(I.kb), pk);
+    column_linear_backward(tp_, A.a1.data(), m.dv.data(), T, d, P(I.v), dl, G(I.v), G(I.vb), pv);
+    copy_to_tp_backward(tp_, sp(m.qkv_part));
+#pragma omp parallel for num_threads(nth) schedule(static)
+    for (std::int64_t e = 0; e < T * d; ++e) m.dy[e] = (pq[e] + pk[e]) + pv[e];
+    layernorm_backward(ctx, m.dy.data(), A.xhat1.data(), A.rstd1.data(), P(I.ln1w), T, d,
+                       m.dh.data(), true, G(I.ln1w), G(I.ln1b), m.ln_scratch.data());
+  }
+
+  // ---- embedding: dx0 = dropout'(dh); position and lookup grads over tokens ----
+  const float* dx0 = m.dh.data();
+  if (m.dropout_on) {
+    dropout_apply(ctx, m.dh.data(), m.keep0.data(), rs, T * d, m.dy.data());
+    dx0 = m.dy.data();
+  }
+  token_row_grad(ctx, m.pos_of.data(), T, dx0, d, d, 0, C, G(m.pos));
+  token_row_grad(ctx, tokens, T, dx0, d, d, vl * tp_.rank(), vl, G(m.embed, 1));
+}
+
+}  // namespace lockstep

@@ -1,0 +1,83 @@
+#include "parallel/tp_layers.hpp"
+
+#include <mpi.h>
+
+#include "runtime/collectives.hpp"
+#include "runtime/csum.hpp"
+#include "runtime/error.hpp"
+
+namespace lockstep {
+
+TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx)
+    : grid_(grid), mode_(mode), ctx_(ctx) {
+  validate(ctx_);
+  impl_ = mode == Determinism::invariant       ? GemmImpl::canonical
+          : mode == Determinism::deterministic ? GemmImpl::chain
+                                               : fastest_gemm_impl();
+  if (grid_) {
+    size_ = grid_->tp_size();
+    rank_ = grid_->tp_rank();
+  }
+}
+
+void TpContext::gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                     const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
+                     std::int64_t ldc, bool single_thread) const {
+  lockstep::gemm(single_thread ? kernel1() : ctx_, impl_, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+void TpContext::allreduce_sum(std::span<float> buf) const {
+  if (size_ == 1) return;
+  lockstep::allreduce_sum(mode_, grid_->tp_comm(), buf);
+}
+
+void TpContext::allreduce_max(std::span<float> buf) const {
+  if (size_ > 1) {
+    const Communicator& c = grid_->tp_comm();
+    check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT,
+                            MPI_MAX, c.handle()),
+              "MPI_Allreduce(MPI_MAX)", c.handle());
+  }
+  for (float& x : buf)
+    if (x == 0.0f) x = 0.0f;
+}
+
+void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n,
+                   std::int64_t ld, const float* b) {
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* y = Y + t * ld;
+    for (std::int64_t j = 0; j < n; ++j) y[j] = y[j] + b[j];
+  }
+}
+
+void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
+                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l) {
+  tp.gemm(Trans::N, Trans::T, T, out_l, in, X, in, W_l, in, Y_l, out_l);
+  if (b_l) add_bias_rows(tp.kernel(), Y_l, T, out_l, out_l, b_l);
+}
+
+void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
+                            std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
+                            float* db_l, float* dX_partial) {
+  tp.gemm(Trans::T, Trans::N, out_l, in, T, dY_l, out_l, X, in, dW_l, in);
+  if (db_l) csum_rows(tp.kernel(), dY_l, T, out_l, out_l, db_l);
+  if (dX_partial) tp.gemm(Trans::N, Trans::N, T, in, out_l, dY_l, out_l, W_l, in, dX_partial, in);
+}
+
+void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
+                        const float* W_l, std::int64_t out, const float* b, float* Y) {
+  tp.gemm(Trans::N, Trans::T, T, out, in_l, X_l, in_l, W_l, in_l, Y, out);
+  reduce_from_tp_forward(tp, std::span<float>(Y, static_cast<std::size_t>(T * out)));
+  if (b) add_bias_rows(tp.kernel(), Y, T, out, out, b);
+}
+
+void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
+                         std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
+                         float* db, float* dX_l) {
+  tp.gemm(Trans::T, Trans::N, out, in_l, T, dY, out, X_l, in_l, dW_l, in_l);
+  if (db) csum_rows(tp.kernel(), dY, T, out, out, db);
+  if (dX_l) tp.gemm(Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, in_l);
+}
+
+}  // namespace lockstep

@@ -1,0 +1,97 @@
+// Tensor parallelism (Megatron-LM): the TP context, the conjugate mappings copy-to-TP and
+// reduce-from-TP, and column-/row-parallel linear layers, over float32 row-major activations
+// [T tokens, features].
+//
+// Determinism contract (DESIGN.md section 2), invariant mode:
+//  - every GEMM is the canonical GEMM (runtime/gemm.hpp) with B = ctx.reduce_block;
+//  - every TP reduction is tree_allreduce over grid.tp_comm() (rank order = tp index order);
+//  - a row-parallel linear splits K = in_features over TP; each rank's local canonical GEMM
+//    over its K = in/tp is an aligned subtree of the single-process GEMM when in/tp is a
+//    power-of-two number of whole blocks, so local GEMM + tree allreduce == the TP=1 GEMM bit
+//    for bit. The bias is added after the reduction.
+//  - column-parallel backward dX = dY_local . W_local sums over the local output features, a
+//    subtree of the single-process GEMM's K (= out features) under the same condition, and the
+//    copy-to-TP backward tree-allreduces it.
+// deterministic mode: GemmImpl::chain + vendor MPI_Allreduce (G1/G2); fast:
+// fastest_gemm_impl() + vendor allreduce. With TP=1 (or no grid) nothing is communicated.
+// Weight and bias gradients are OVERWRITTEN (they are one microbatch's subtree over tokens:
+// canonical GEMM TN over the microbatch's tokens; csum_rows for biases).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "runtime/determinism.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/grid.hpp"
+#include "runtime/isa.hpp"
+
+namespace lockstep {
+
+class TpContext {
+ public:
+  // grid == nullptr: a single process (TP=1), no MPI needed.
+  TpContext(const Grid* grid, Determinism mode, KernelCtx ctx);
+
+  int size() const { return size_; }
+  int rank() const { return rank_; }
+  Determinism mode() const { return mode_; }
+  const KernelCtx& kernel() const { return ctx_; }
+  // The same context with threads = 1 (for GEMMs called inside parallel loops).
+  KernelCtx kernel1() const { return KernelCtx{ctx_.isa, 1, ctx_.reduce_block}; }
+  GemmImpl gemm_impl() const { return impl_; }
+  const Grid* grid() const { return grid_; }
+
+  // C = op(A) op(B) with this mode's GEMM (see runtime/gemm.hpp).
+  void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
+            std::int64_t lda, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+            bool single_thread = false) const;
+  // Sum over TP ranks in place (tree in invariant mode, vendor otherwise); no-op at TP=1.
+  void allreduce_sum(std::span<float> buf) const;
+  // Exact elementwise max over TP ranks in place (max is order-free; MPI_MAX), then every
+  // zero is canonicalized to +0.0 so the sign of a zero maximum cannot depend on the order.
+  void allreduce_max(std::span<float> buf) const;
+
+ private:
+  const Grid* grid_;
+  Determinism mode_;
+  KernelCtx ctx_;
+  GemmImpl impl_;
+  int size_ = 1, rank_ = 0;
+};
+
+// ---- Megatron's conjugate mappings ----------------------------------------------------
+// copy-to-TP: forward identity; backward: the gradient of the replicated input is the sum
+// over TP ranks of their partial input gradients.
+inline void copy_to_tp_backward(const TpContext& tp, std::span<float> grad) {
+  tp.allreduce_sum(grad);
+}
+// reduce-from-TP: forward sums the partial outputs over TP; backward identity.
+inline void reduce_from_tp_forward(const TpContext& tp, std::span<float> x) {
+  tp.allreduce_sum(x);
+}
+
+// ---- column-parallel linear: Y_l[T, out_l] = X[T, in] . W_l[out_l, in]^T (+ b_l) -----------
+void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
+                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l);
+// dW_l = dY_l^T X (overwritten); db_l = csum_rows(dY_l) if db_l; dX_partial = dY_l . W_l
+// (overwritten, this rank's partial: the caller completes it with copy_to_tp_backward, which
+// lets several column-parallel layers that read the same X share one allreduce).
+void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
+                            std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
+                            float* db_l, float* dX_partial);
+
+// ---- row-parallel linear: Y[T, out] = reduce_TP(X_l[T, in_l] . W_l[out, in_l]^T) (+ b) ------
+void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
+                        const float* W_l, std::int64_t out, const float* b, float* Y);
+// dW_l = dY^T X_l; db = csum_rows(dY) if db; dX_l = dY . W_l (all overwritten; dY is replicated,
+// so the backward needs no communication).
+void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
+                         std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
+                         float* db, float* dX_l);
+
+// Y[t, j] = Y[t, j] + b[j] for T rows of width n (leading dimension ld).
+void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n,
+                   std::int64_t ld, const float* b);
+
+}  // namespace lockstep

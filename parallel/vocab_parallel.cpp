@@ -1,0 +1,180 @@
+#include "parallel/vocab_parallel.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/csum.hpp"
+#include "runtime/error.hpp"
+#include "runtime/transcendental.hpp"
+
+namespace lockstep {
+
+void vocab_embedding_forward(const TpContext& tp, const std::int32_t* tokens, std::int64_t T,
+                             const float* E_l, std::int64_t vocab, std::int64_t d, float* out) {
+  const std::int64_t vl = vocab / tp.size(), lo = vl * tp.rank();
+  for (std::int64_t t = 0; t < T; ++t)
+    check(tokens[t] >= 0 && tokens[t] < vocab,
+          "embedding: token " + std::to_string(tokens[t]) + " at position " + std::to_string(t) +
+              " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+          "check the tokenizer / dataset vocab against model.vocab");
+#pragma omp parallel for num_threads(tp.kernel().threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const std::int64_t r = tokens[t] - lo;
+    float* o = out + t * d;
+    if (r >= 0 && r < vl) {
+      std::copy(E_l + r * d, E_l + (r + 1) * d, o);
+    } else {
+      std::fill(o, o + d, kAdditiveIdentity);
+    }
+  }
+  tp.allreduce_sum(std::span<float>(out, static_cast<std::size_t>(T * d)));
+}
+
+namespace {
+// A sparse level: sorted distinct rows and their vectors.
+struct SparseLevel {
+  std::int64_t weight = 0;
+  std::vector<std::int32_t> rows;
+  std::vector<float> vals;  // rows.size() x width
+};
+
+// out = left (+) right: union of rows; a row on both sides is left + right.
+SparseLevel merge(const SparseLevel& L, const SparseLevel& R, std::int64_t width) {
+  SparseLevel o;
+  o.weight = L.weight + R.weight;
+  o.rows.reserve(L.rows.size() + R.rows.size());
+  o.vals.reserve((L.rows.size() + R.rows.size()) * width);
+  std::size_t i = 0, j = 0;
+  while (i < L.rows.size() || j < R.rows.size()) {
+    if (j == R.rows.size() || (i < L.rows.size() && L.rows[i] < R.rows[j])) {
+      o.rows.push_back(L.rows[i]);
+      o.vals.insert(o.vals.end(), L.vals.begin() + i * width, L.vals.begin() + (i + 1) * width);
+      ++i;
+    } else if (i == L.rows.size() || R.rows[j] < L.rows[i]) {
+      o.rows.push_back(R.rows[j]);
+      o.vals.insert(o.vals.end(), R.vals.begin() + j * width, R.vals.begin() + (j + 1) * width);
+      ++j;
+    } else {
+      o.rows.push_back(L.rows[i]);
+      const float* a = L.vals.data() + i * width;
+      const float* b = R.vals.data() + j * width;
+      const std::size_t base = o.vals.size();
+      o.vals.resize(base + width);
+      for (std::int64_t e = 0; e < width; ++e) o.vals[base + e] = a[e] + b[e];
+      ++i;
+      ++j;
+    }
+  }
+  return o;
+}
+}  // namespace
+
+void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64_t T,
+                    const float* dX, std::int64_t width, std::int64_t ld, std::int64_t row_lo,
+                    std::int64_t rows, float* out) {
+  const std::int64_t B = ctx.reduce_block;
+  const std::int64_t nblocks = (T + B - 1) / B;
+  // Leaves are built in parallel (each a pure function of its block), merged in order.
+  std::vector<SparseLevel> leaves(static_cast<std::size_t>(nblocks));
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t b = 0; b < nblocks; ++b) {
+    const std::int64_t t0 = b * B, t1 = std::min(T, t0 + B);
+    std::vector<std::int64_t> ts;
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::int64_t r = row_of[t] - row_lo;
+      if (r >= 0 && r < rows) ts.push_back(t);
+    }
+    // Stable by row: tokens of one row stay in token order (the chain order).
+    std::stable_sort(ts.begin(), ts.end(),
+                     [&](std::int64_t x, std::int64_t y) { return row_of[x] < row_of[y]; });
+    SparseLevel& lv = leaves[b];
+    lv.weight = 1;
+    for (std::size_t k = 0; k < ts.size();) {
+      const std::int32_t row = row_of[ts[k]];
+      lv.rows.push_back(row);
+      const std::size_t base = lv.vals.size();
+      lv.vals.resize(base + width, kAdditiveIdentity);
+      float* acc = lv.vals.data() + base;
+      for (; k < ts.size() && row_of[ts[k]] == row; ++k) {
+        const float* x = dX + ts[k] * ld;
+        for (std::int64_t e = 0; e < width; ++e) acc[e] = acc[e] + x[e];
+      }
+    }
+  }
+  std::vector<SparseLevel> stack;
+  for (auto& leaf : leaves) {
+    SparseLevel cur = std::move(leaf);
+    while (!stack.empty() && stack.back().weight == cur.weight) {
+      cur = merge(stack.back(), cur, width);
+      stack.pop_back();
+    }
+    stack.push_back(std::move(cur));
+  }
+  std::fill(out, out + rows * width, kAdditiveIdentity);
+  if (stack.empty()) return;
+  SparseLevel acc = std::move(stack.back());
+  for (int i = static_cast<int>(stack.size()) - 2; i >= 0; --i) acc = merge(stack[i], acc, width);
+  for (std::size_t k = 0; k < acc.rows.size(); ++k)
+    std::copy(acc.vals.begin() + k * width, acc.vals.begin() + (k + 1) * width,
+              out + (acc.rows[k] - row_lo) * width);
+}
+
+void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::int32_t* labels,
+                               std::int64_t T, std::int64_t vocab, float* max, float* sumexp,
+                               float* scratch, float* loss_tok) {
+  const std::int64_t vl = vocab / tp.size(), lo = vl * tp.rank();
+  const KernelCtx& ctx = tp.kernel();
+  const int B = ctx.reduce_block;
+  for (std::int64_t t = 0; t < T; ++t)
+    check(labels[t] >= 0 && labels[t] < vocab,
+          "cross-entropy: label " + std::to_string(labels[t]) + " at position " +
+              std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
+          "check the dataset labels against model.vocab");
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* l = logits_l + t * vl;
+    float m = l[0];
+    for (std::int64_t v = 1; v < vl; ++v) m = l[v] > m ? l[v] : m;
+    max[t] = m;
+  }
+  tp.allreduce_max(std::span<float>(max, static_cast<std::size_t>(T)));
+  float* part = scratch;  // [2, T]: sumexp partials, target logits
+  const KernelCtx ctx1{ctx.isa, 1, B};
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* l = logits_l + t * vl;
+    const std::int64_t y = labels[t] - lo;
+    part[T + t] = (y >= 0 && y < vl) ? l[y] : kAdditiveIdentity;
+    const float m = max[t];
+    for (std::int64_t v = 0; v < vl; ++v) l[v] = l[v] - m;
+    math::exp(ctx1, l, l, vl);
+    part[t] = csum(l, vl, B);
+  }
+  tp.allreduce_sum(std::span<float>(part, static_cast<std::size_t>(2 * T)));
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    sumexp[t] = part[t];
+    loss_tok[t] = (math::ls_log(part[t]) + max[t]) - part[T + t];
+  }
+}
+
+void vocab_parallel_ce_backward(const TpContext& tp, float* exp_l, const float* sumexp,
+                                const std::int32_t* labels, std::int64_t T, std::int64_t vocab,
+                                float loss_scale) {
+  const std::int64_t vl = vocab / tp.size(), lo = vl * tp.rank();
+#pragma omp parallel for num_threads(tp.kernel().threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    float* g = exp_l + t * vl;
+    const float s = sumexp[t];
+    const std::int64_t y = labels[t] - lo;
+    const bool owner = y >= 0 && y < vl;
+    const float ey = owner ? g[y] : 0.0f;
+    for (std::int64_t v = 0; v < vl; ++v) g[v] = (g[v] / s) * loss_scale;
+    if (owner) g[y] = ((ey / s) - 1.0f) * loss_scale;
+  }
+}
+
+}  // namespace lockstep

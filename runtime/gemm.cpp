@@ -1,0 +1,228 @@
+// GEMM front door: argument checks, dispatch by implementation and ISA path, the literal
+// scalar reference, the portable scalar path of the canonical/chain driver, and the vendor
+// wrappers (Eigen, OpenBLAS) used by fast mode.
+#include "runtime/gemm.hpp"
+
+#include <cblas.h>
+
+#include <cmath>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "runtime/csum.hpp"
+#include "runtime/error.hpp"
+#include "runtime/gemm_kernel.hpp"
+
+namespace lockstep {
+
+namespace gemm_detail {
+namespace {
+
+// Portable path (no ISA flags): a 4 x 4 tile of scalars, std::fma per element.
+struct VScalar {
+  using reg = float;
+  static constexpr int W = 1;
+  static reg neg_zero() { return -0.0f; }
+  static reg load(const float* p) { return *p; }
+  static reg loadu(const float* p) { return *p; }
+  static reg bcast(const float* p) { return *p; }
+  static reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
+  static reg mul(reg a, reg b) { return a * b; }
+  static reg add(reg a, reg b) { return a + b; }
+  static void store(float* p, reg x) { *p = x; }
+  static void storeu(float* p, reg x) { *p = x; }
+  static reg load_partial(const float* p, int) { return *p; }
+  static void store_partial(float* p, reg x, int) { *p = x; }
+};
+using KScalar = Kernel<VScalar, 4, 4>;
+
+GemmTuning g_tuning;
+
+inline float a_at(const GemmArgs& g, std::int64_t i, std::int64_t k) {
+  return g.ta == Trans::N ? g.A[i * g.lda + k] : g.A[k * g.lda + i];
+}
+inline float b_at(const GemmArgs& g, std::int64_t k, std::int64_t j) {
+  return g.tb == Trans::N ? g.B[k * g.ldb + j] : g.B[j * g.ldb + k];
+}
+
+// The contract, literally: per C element, one FMA chain from -0.0 per block of B k's, the
+// block results combined by T (lockstep::tree_fold).
+void gemm_reference(const GemmArgs& g) {
+  std::vector<float> leaves;
+  for (std::int64_t i = 0; i < g.M; ++i) {
+    for (std::int64_t j = 0; j < g.N; ++j) {
+      leaves.clear();
+      for (std::int64_t k0 = 0; k0 < g.K; k0 += g.block) {
+        float acc = -0.0f;
+        for (std::int64_t k = k0; k < std::min(g.K, k0 + g.block); ++k)
+          acc = std::fma(a_at(g, i, k), b_at(g, k, j), acc);
+        leaves.push_back(acc);
+      }
+      g.C[i * g.ldc + j] =
+          tree_fold<float>(std::span<const float>(leaves), [](float x, float y) { return x + y; });
+    }
+  }
+}
+
+void gemm_openblas(const GemmArgs& g) {
+  if (g.M == 0 || g.N == 0) return;
+  // OpenBLAS keeps its own pthread pool; size it for this call (cheap when unchanged).
+  if (openblas_get_num_threads() != g.threads) openblas_set_num_threads(g.threads);
+  cblas_sgemm(CblasRowMajor, g.ta == Trans::N ? CblasNoTrans : CblasTrans,
+              g.tb == Trans::N ? CblasNoTrans : CblasTrans, static_cast<blasint>(g.M),
+              static_cast<blasint>(g.N), static_cast<blasint>(g.K), 1.0f, g.A,
+              static_cast<blasint>(g.lda), g.B, static_cast<blasint>(g.ldb), 0.0f, g.C,
+              static_cast<blasint>(g.ldc));
+}
+
+}  // namespace
+}  // namespace gemm_detail
+
+const char* gemm_impl_name(GemmImpl impl) {
+  switch (impl) {
+    case GemmImpl::canonical:
+      return "canonical";
+    case GemmImpl::chain:
+      return "chain";
+    case GemmImpl::eigen:
+      return "eigen";
+    case GemmImpl::openblas:
+      return "openblas";
+    case GemmImpl::reference:
+      return "reference";
+  }
+  return "?";
+}
+
+GemmImpl parse_gemm_impl(std::string_view name) {
+  for (GemmImpl i : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::eigen, GemmImpl::openblas,
+                     GemmImpl::reference})
+    if (name == gemm_impl_name(i)) return i;
+  fail("unknown GEMM implementation '" + std::string(name) + "'",
+       "use one of canonical, chain, eigen, openblas, reference");
+}
+
+// Fast mode uses OpenBLAS: measured with bench_gemm on the model shapes (4096x{256,1024}x256,
+// 4096x256x1024, 256x{256,1024}x4096 TN) it beats Eigen 3.4 at 1 and 2 threads on this
+// machine class (see the bench report in the GEMM issue for the table).
+GemmImpl fastest_gemm_impl() {
+  return GemmImpl::openblas;
+}
+
+std::string gemm_vendor_info() {
+  return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " +
+         (isa_supported(Isa::avx512)
+              ? gemm_detail::eigen_info_avx512()
+              : std::string("Eigen: not built for this CPU (needs AVX-512)"));
+}
+
+GemmTuning gemm_tuning() {
+  return gemm_detail::g_tuning;
+}
+void set_gemm_tuning(const GemmTuning& t) {
+  check(t.kc_target >= 1 && t.nc >= 1 && t.mc >= 1,
+        "GEMM tuning kc_target=" + std::to_string(t.kc_target) + " nc=" + std::to_string(t.nc) +
+            " mc=" + std::to_string(t.mc) + " must be positive",
+        "pass positive panel sizes (defaults: kc_target 256, nc 512, mc 264)");
+  gemm_detail::g_tuning = t;
+}
+
+void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+          std::int64_t K, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+          float* C, std::int64_t ldc) {
+  validate(ctx);
+  const std::string dims =
+      "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+  check(M >= 0 && N >= 0 && K >= 0, "gemm: negative size (" + dims + ")",
+        "pass non-negative M, N, K");
+  const std::int64_t min_lda = std::max<std::int64_t>(1, ta == Trans::N ? K : M);
+  const std::int64_t min_ldb = std::max<std::int64_t>(1, tb == Trans::N ? N : K);
+  const std::int64_t min_ldc = std::max<std::int64_t>(1, N);
+  check(lda >= min_lda,
+        "gemm: lda=" + std::to_string(lda) + " < " + std::to_string(min_lda) + " (" + dims +
+            ", A " + (ta == Trans::N ? "not " : "") + "transposed)",
+        "A is row-major: lda is its row stride, at least K for Trans::N and M for Trans::T");
+  check(ldb >= min_ldb,
+        "gemm: ldb=" + std::to_string(ldb) + " < " + std::to_string(min_ldb) + " (" + dims +
+            ", B " + (tb == Trans::N ? "not " : "") + "transposed)",
+        "B is row-major: ldb is its row stride, at least N for Trans::N and K for Trans::T");
+  check(ldc >= min_ldc, "gemm: ldc=" + std::to_string(ldc) + " < N (" + dims + ")",
+        "C is row-major M x N: ldc is its row stride, at least N");
+  if (M == 0 || N == 0) return;
+  check(C != nullptr, "gemm: C is null (" + dims + ")", "pass the output buffer");
+  check(K == 0 || (A != nullptr && B != nullptr), "gemm: A or B is null (" + dims + ")",
+        "pass both input buffers");
+
+  const gemm_detail::GemmArgs g{
+      ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ctx.threads, ctx.reduce_block};
+  const GemmTuning& t = gemm_detail::g_tuning;
+  using namespace gemm_detail;
+  switch (impl) {
+    case GemmImpl::reference:
+      return gemm_reference(g);
+    case GemmImpl::eigen:
+      check(isa_supported(Isa::avx512),
+            "gemm: the eigen implementation is built for AVX-512 only and this CPU lacks it",
+            "use openblas (fast mode's default) or canonical");
+      return eigen_avx512(g);
+    case GemmImpl::openblas:
+      return gemm_openblas(g);
+    case GemmImpl::canonical:
+    case GemmImpl::chain: {
+      const bool canon = impl == GemmImpl::canonical;
+      switch (ctx.isa) {
+        case Isa::avx512:
+          return canon ? canonical_avx512(g, t) : chain_avx512(g, t);
+        case Isa::avx2:
+          return canon ? canonical_avx2(g, t) : chain_avx2(g, t);
+        case Isa::scalar:
+          return Driver<KScalar>::run(g, t, canon);
+      }
+    }
+  }
+  fail("gemm: unknown implementation", "use a GemmImpl value");
+}
+
+namespace {
+struct MatView {
+  std::int64_t rows, cols, ld;
+};
+MatView mat_view(const Tensor& t, const char* role) {
+  check(t.rank() == 2, std::string("matmul: ") + role + " " + t.describe() + " must be rank 2",
+        "reshape to [rows, cols] first");
+  check(t.dtype() == DType::f32,
+        std::string("matmul: ") + role + " " + t.describe() + " must be f32",
+        "GEMM runs in float32");
+  const std::int64_t rows = t.dim(0), cols = t.dim(1);
+  check(cols <= 1 || t.strides()[1] == 1,
+        std::string("matmul: ") + role + " " + t.describe() + " needs unit column stride",
+        "pass a contiguous tensor or a row slice (use clone() for other views)");
+  const std::int64_t ld = rows <= 1 ? std::max<std::int64_t>(1, cols) : t.strides()[0];
+  return {rows, cols, ld};
+}
+}  // namespace
+
+void matmul(const KernelCtx& ctx, GemmImpl impl, const Tensor& A, Trans ta, const Tensor& B,
+            Trans tb, Tensor& C) {
+  const MatView a = mat_view(A, "A"), b = mat_view(B, "B"), c = mat_view(C, "C");
+  const std::int64_t M = ta == Trans::N ? a.rows : a.cols;
+  const std::int64_t K = ta == Trans::N ? a.cols : a.rows;
+  const std::int64_t Kb = tb == Trans::N ? b.rows : b.cols;
+  const std::int64_t N = tb == Trans::N ? b.cols : b.rows;
+  const auto op = [](const Tensor& t, Trans tr) {
+    return t.describe() + (tr == Trans::T ? "^T" : "");
+  };
+  check(K == Kb,
+        "matmul: inner dimensions differ: op(A) = " + op(A, ta) + " has K=" + std::to_string(K) +
+            " but op(B) = " + op(B, tb) + " has K=" + std::to_string(Kb),
+        "op(A) must be [M, K] and op(B) [K, N]; check the transpose flags");
+  check(c.rows == M && c.cols == N,
+        "matmul: output " + C.describe() + " must be [" + std::to_string(M) + ", " +
+            std::to_string(N) + "] for op(A) = " + op(A, ta) + " and op(B) = " + op(B, tb),
+        "allocate C as [M, N]");
+  gemm(ctx, impl, ta, tb, M, N, K, A.data<float>(), a.ld, B.data<float>(), b.ld, C.data<float>(),
+       c.ld);
+}
+
+}  // namespace lockstep

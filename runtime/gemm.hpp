@@ -1,0 +1,73 @@
+// Single-precision GEMM for every execution mode: C[M,N] = op(A)[M,K] . op(B)[K,N],
+// row-major, C overwritten (no alpha/beta).
+//
+//   canonical  (invariant mode)     C[i,j] = csum_k A[i,k]*B[k,j] with block B = ctx.reduce_block
+//                                   (DESIGN.md section 2, runtime/csum.hpp): each block an FMA
+//                                   chain from -0.0, blocks combined by the pairwise tree T.
+//   chain      (deterministic mode) one FMA chain from -0.0 over the whole K per element.
+//   eigen, openblas (fast mode)     vendor GEMMs; not bitwise reproducible across layouts.
+//   reference                       the canonical contract written out literally (scalar).
+//
+// Determinism contract: canonical returns the bits of `reference` for every ISA path, thread
+// count, tiling, M, N, leading dimension and transposition; splitting K into aligned shards of
+// 2^j whole blocks and combining shard results with lockstep::tree_sum gives the same bits
+// (a shard's GEMM is a subtree). chain returns the bits of a literal single-chain loop for
+// every ISA path, thread count and tiling. Signed zeros, Inf and NaN propagate as in the
+// scalar definition; K == 0 gives -0.0 (IEEE's additive identity) for canonical, chain and
+// reference. Threads only ever split C tiles, never K.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "runtime/isa.hpp"
+#include "runtime/tensor.hpp"
+
+namespace lockstep {
+
+enum class Trans : std::uint8_t { N, T };
+enum class GemmImpl { canonical, chain, eigen, openblas, reference };
+
+const char* gemm_impl_name(GemmImpl impl);
+// "canonical", "chain", "eigen", "openblas", "reference"; throws lockstep::Error otherwise.
+GemmImpl parse_gemm_impl(std::string_view name);
+// Fast mode's GEMM: the vendor library that measured fastest on the model shapes (see the
+// comment at the definition in gemm.cpp for the numbers).
+GemmImpl fastest_gemm_impl();
+
+// C[M,N] = op(A)[M,K] . op(B)[K,N]; C is overwritten.
+// ta == N: A is stored M x K (lda >= K); ta == T: A is stored K x M (lda >= M).
+// tb == N: B is stored K x N (ldb >= N); tb == T: B is stored N x K (ldb >= K).
+// ldc >= N. C must not alias A or B. Throws lockstep::Error on a bad ctx or bad sizes.
+void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+          std::int64_t K, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+          float* C, std::int64_t ldc);
+
+// Tensor form: A, B, C are rank-2 f32 tensors with unit column stride (row stride = leading
+// dimension). op(A) must be [M, K], op(B) [K, N] and C [M, N]; a mismatch throws an Error
+// naming both tensors and their shapes.
+void matmul(const KernelCtx& ctx, GemmImpl impl, const Tensor& A, Trans ta, const Tensor& B,
+            Trans tb, Tensor& C);
+
+// What the vendor GEMMs run: OpenBLAS's build config and the core type it picked, Eigen's
+// version and SIMD set (for bench output and run records).
+std::string gemm_vendor_info();
+
+// Tiling knobs of the canonical and chain kernels. They change speed only, never bits (the
+// tests vary them to prove it). kc_target: K panel length; canonical uses the largest
+// reduce_block * 2^m <= kc_target (at least one block). nc: columns per packed B panel.
+// mc: rows per packed A block.
+// A test and benchmark hook: set it while no GEMM is running.
+struct GemmTuning {
+  std::int64_t kc_target = 256;
+  std::int64_t nc = 512;
+  std::int64_t mc = 264;
+  // Keep the whole packed op(B) column block resident (B-resident loop order) when it has at
+  // most this many floats (default 2^18 = 1 MiB); 0 disables that order.
+  std::int64_t b_resident_floats = 1 << 18;
+};
+GemmTuning gemm_tuning();
+void set_gemm_tuning(const GemmTuning& t);
+
+}  // namespace lockstep

@@ -1,0 +1,586 @@
+// Private to the GEMM: the blocked driver (packing, K panels, binary-counter tree, OpenMP over
+// C tiles) and the register-tile micro-kernel, written once over a small vector interface V
+// and instantiated per ISA path (gemm.cpp: scalar; gemm_kernel_avx2.cpp; gemm_kernel_avx512.cpp).
+//
+// Determinism contract: every path evaluates, for each C element, exactly the canonical sum of
+// DESIGN.md section 2 (or, for `chain`, one FMA chain over all of K):
+//  * a leaf is an FMA chain over one block of B k's, in increasing k, from -0.0, held in a
+//    register lane (vectors span M/N, never K);
+//  * leaves of a K panel (kc = B * 2^m, panel starts aligned to kc) merge by a binary counter
+//    (pop-and-add while the count carries, then push; at the end fold from the right), so a
+//    full panel yields the complete subtree over its 2^m blocks;
+//  * panel results merge by a second binary counter in memory (one slot array per level),
+//    whose final right fold equals T over all blocks;
+//  * every merge is `older + newer` (left + right subtree).
+// Nothing here depends on the thread count, the tile position, M, N or the ISA: threads only
+// pick which C tiles they compute, and each C element's arithmetic is fixed by k alone.
+//
+// This header is included by several translation units compiled with different ISA flags, so
+// everything in it lives in an anonymous namespace (one private copy per TU, no ODR clash).
+#pragma once
+
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "runtime/gemm.hpp"
+
+namespace lockstep::gemm_detail {
+
+struct GemmArgs {
+  Trans ta, tb;
+  std::int64_t M, N, K;
+  const float* A;
+  std::int64_t lda;
+  const float* B;
+  std::int64_t ldb;
+  float* C;
+  std::int64_t ldc;
+  int threads;
+  std::int64_t block;  // reduce_block
+};
+
+// Per ISA entry points (defined in the *_avx2.cpp / *_avx512.cpp files).
+void canonical_avx512(const GemmArgs& g, const GemmTuning& t);
+void chain_avx512(const GemmArgs& g, const GemmTuning& t);
+void canonical_avx2(const GemmArgs& g, const GemmTuning& t);
+void chain_avx2(const GemmArgs& g, const GemmTuning& t);
+// Eigen's GEMM, instantiated only in the AVX-512 TU: Eigen templates compiled with different
+// ISA flags in several TUs would collide at link time (one arbitrary copy wins).
+void eigen_avx512(const GemmArgs& g);
+std::string eigen_info_avx512();
+
+namespace {
+
+// Grow-only 64-byte-aligned scratch buffer, one per owner (thread_local where per thread), so
+// repeated calls do not pay page faults again.
+struct Scratch {
+  float* p = nullptr;
+  std::size_t cap = 0;
+  float* get(std::size_t n) {
+    if (n > cap) {
+      std::free(p);
+      const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
+      p = static_cast<float*>(std::aligned_alloc(64, bytes));
+      if (!p) throw std::bad_alloc();
+      cap = n;
+    }
+    return p;
+  }
+  ~Scratch() { std::free(p); }
+};
+
+inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// The micro-kernel over an MR x (NV*V::W) register tile. A micro-panel element (row r, step k)
+// is at ap[r*ARS + k*AKS]; B micro-panel element (k, column c) is at bp[k*NR + c].
+template <class V, int MR_, int NV_>
+struct Kernel {
+  using R = typename V::reg;
+  static constexpr int MR = MR_;
+  static constexpr int NV = NV_;
+  static constexpr int NR = NV * V::W;
+  static constexpr int TILE = MR * NR;
+
+  struct Tile {
+    R c[MR][NV];
+  };
+
+  static inline void set_identity(Tile& t) {
+    const R z = V::neg_zero();
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) t.c[r][v] = z;
+  }
+
+  template <int ARS, int AKS>
+  static inline void fma_steps(Tile& t, const float* ap, const float* bp, std::int64_t n) {
+#pragma GCC unroll 2
+    for (std::int64_t k = 0; k < n; ++k) {
+      R b[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) b[v] = V::load(bp + k * NR + v * V::W);
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r) {
+        const R a = V::bcast(ap + r * ARS + k * AKS);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) t.c[r][v] = V::fma(a, b[v], t.c[r][v]);
+      }
+    }
+  }
+
+  // t = s + t (s is the older, left subtree), s a full contiguous tile in scratch.
+  static inline void add_left(Tile& t, const float* s) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) t.c[r][v] = V::add(V::load(s + r * NR + v * V::W), t.c[r][v]);
+  }
+  static inline void store_full(const Tile& t, float* s) {
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) V::store(s + r * NR + v * V::W, t.c[r][v]);
+  }
+  static inline void store_c(const Tile& t, float* C, std::int64_t ldc, int rows, int cols) {
+    if (cols == NR) {
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+        if (r < rows)
+#pragma GCC unroll 4
+          for (int v = 0; v < NV; ++v) V::storeu(C + r * ldc + v * V::W, t.c[r][v]);
+    } else {
+      for (int r = 0; r < rows; ++r)
+        for (int v = 0; v < NV; ++v) {
+          const int n = std::clamp(cols - v * V::W, 0, V::W);
+          if (n > 0) V::store_partial(C + r * ldc + v * V::W, t.c[r][v], n);
+        }
+    }
+  }
+  static inline void load_c(Tile& t, const float* C, std::int64_t ldc, int rows, int cols) {
+    set_identity(t);
+    for (int r = 0; r < rows; ++r)
+      for (int v = 0; v < NV; ++v) {
+        const int n = std::clamp(cols - v * V::W, 0, V::W);
+        if (n == V::W)
+          t.c[r][v] = V::loadu(C + r * ldc + v * V::W);
+        else if (n > 0)
+          t.c[r][v] = V::load_partial(C + r * ldc + v * V::W, n);
+      }
+  }
+
+  // One leaf: an FMA chain over n >= 1 steps from -0.0. The first step is a plain product:
+  // fma(a, b, -0.0) == round(a*b) for every a, b (including zeros, Inf, NaN, underflow), so
+  // this is bit-identical to chaining from -0.0 and saves the identity moves.
+  template <int ARS, int AKS>
+  [[gnu::always_inline]] static inline void leaf(Tile& t, const float* ap, const float* bp,
+                                                 std::int64_t n) {
+    R b[NV];
+#pragma GCC unroll 4
+    for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * V::W);
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r) {
+      const R a = V::bcast(ap + r * ARS);
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) t.c[r][v] = V::mul(a, b[v]);
+    }
+    fma_steps<ARS, AKS>(t, ap + AKS, bp + NR, n - 1);
+  }
+
+  // One K panel of the canonical sum for one C tile. kl: panel length; B: block size; the
+  // panel starts at a multiple of B * 2^m. stk: L1 scratch for the intra-panel counter (depth
+  // <= m + 1 tiles). adds: panel-level slots to fold in, ascending level (older subtrees).
+  // The result goes to `slot` (a full tile) or, if slot == nullptr, to C (rows x cols).
+  template <int ARS, int AKS>
+  [[gnu::noinline]] static void canon_panel(std::int64_t kl, std::int64_t B, int m, const float* ap,
+                                            const float* bp, float* stk, const float* const* adds,
+                                            int nadds, float* slot, float* C, std::int64_t ldc,
+                                            int rows, int cols) {
+    Tile t;
+    (void)m;
+    {  // binary counter over the leaves of this panel
+      int top = 0;
+      std::int64_t leafno = 0;
+      for (std::int64_t k0 = 0; k0 < kl; k0 += B, ++leafno) {
+        leaf<ARS, AKS>(t, ap + k0 * AKS, bp + k0 * NR, std::min(B, kl - k0));
+        for (std::int64_t c = leafno; c & 1; c >>= 1) add_left(t, stk + (--top) * TILE);
+        if (k0 + B < kl) store_full(t, stk + (top++) * TILE);
+      }
+      while (top > 0) add_left(t, stk + (--top) * TILE);
+    }
+    for (int i = 0; i < nadds; ++i) add_left(t, adds[i]);
+    if (slot)
+      store_full(t, slot);
+    else
+      store_c(t, C, ldc, rows, cols);
+  }
+
+  // One K panel of the single chain: continue from C (or start from -0.0), store to C.
+  template <int ARS, int AKS>
+  [[gnu::noinline]] static void chain_panel(std::int64_t kl, const float* ap, const float* bp,
+                                            bool first, float* C, std::int64_t ldc, int rows,
+                                            int cols) {
+    Tile t;
+    if (first) {
+      leaf<ARS, AKS>(t, ap, bp, kl);
+    } else {
+      load_c(t, C, ldc, rows, cols);
+      fma_steps<ARS, AKS>(t, ap, bp, kl);
+    }
+    store_c(t, C, ldc, rows, cols);
+  }
+};
+
+// A-panel layouts: RK (row r's kc values contiguous, row stride ARS_RK: a straight copy of
+// A rows when ta == N) and KR (the MR values of step k contiguous: a straight copy of A rows
+// when ta == T). Both feed the same FMAs in the same order.
+template <class Kern>
+struct Driver {
+  static constexpr int MR = Kern::MR;
+  static constexpr int NR = Kern::NR;
+  static constexpr int TILE = Kern::TILE;
+  static constexpr std::int64_t KCMAX_RK = 512;
+  static constexpr int ARS_RK = KCMAX_RK + 16;  // pad rows apart to spread L1 sets
+
+  // Packs rows [i0, i0+MR) x k [pc, pc+kl) of op(A); rows past M are zero.
+  static void pack_a(const GemmArgs& g, bool rk, std::int64_t i0, std::int64_t pc, std::int64_t kl,
+                     float* ap) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(MR, g.M - i0));
+    if (rk) {  // ta == N: straight row copies
+      for (int r = 0; r < rows; ++r)
+        std::memcpy(ap + r * ARS_RK, g.A + (i0 + r) * g.lda + pc, kl * sizeof(float));
+      for (int r = rows; r < MR; ++r) std::memset(ap + r * ARS_RK, 0, kl * sizeof(float));
+    } else if (g.ta == Trans::T) {  // A stored K x M: row k gives MR consecutive values
+      for (std::int64_t k = 0; k < kl; ++k) {
+        const float* src = g.A + (pc + k) * g.lda + i0;
+        float* dst = ap + k * MR;
+        if (rows == MR) {
+          std::memcpy(dst, src, MR * sizeof(float));
+        } else {
+          for (int r = 0; r < rows; ++r) dst[r] = src[r];
+          for (int r = rows; r < MR; ++r) dst[r] = 0.0f;
+        }
+      }
+    } else {  // ta == N with a panel longer than KCMAX_RK: transposing copy
+      for (int r = 0; r < MR; ++r) {
+        const float* src = g.A + (i0 + r) * g.lda + pc;
+        for (std::int64_t k = 0; k < kl; ++k) ap[k * MR + r] = r < rows ? src[k] : 0.0f;
+      }
+    }
+  }
+
+  // Packs columns [j0, j0+NR) x k [pc, pc+kl) of op(B) as [k][NR]; columns past N are zero.
+  static void pack_b(const GemmArgs& g, std::int64_t j0, std::int64_t pc, std::int64_t kl,
+                     float* bp) {
+    const int cols = static_cast<int>(std::min<std::int64_t>(NR, g.N - j0));
+    if (g.tb == Trans::N) {  // B stored K x N
+      for (std::int64_t k = 0; k < kl; ++k) {
+        const float* src = g.B + (pc + k) * g.ldb + j0;
+        float* dst = bp + k * NR;
+        if (cols == NR) {
+          std::memcpy(dst, src, NR * sizeof(float));
+        } else {
+          for (int c = 0; c < cols; ++c) dst[c] = src[c];
+          for (int c = cols; c < NR; ++c) dst[c] = 0.0f;
+        }
+      }
+    } else {  // B stored N x K: transpose in chunks of 8 k so reads stay sequential
+      constexpr std::int64_t KB = 8;
+      for (std::int64_t k0 = 0; k0 < kl; k0 += KB) {
+        const std::int64_t kn = std::min(KB, kl - k0);
+        for (int c = 0; c < NR; ++c) {
+          if (c < cols) {
+            const float* src = g.B + (j0 + c) * g.ldb + pc + k0;
+            for (std::int64_t k = 0; k < kn; ++k) bp[(k0 + k) * NR + c] = src[k];
+          } else {
+            for (std::int64_t k = 0; k < kn; ++k) bp[(k0 + k) * NR + c] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  // Packs op(B) columns [jc, jc+ncur) x k [pc, pc+kl) as ceil(ncur/NR) micro-panels of
+  // [kl][NR], reading the source row by row (sequential, prefetcher friendly).
+  static void pack_b_panel(const GemmArgs& g, std::int64_t jc, std::int64_t ncur, std::int64_t pc,
+                           std::int64_t kl, float* bpack) {
+    const std::int64_t ntl = ceil_div(ncur, NR);
+    if (g.tb == Trans::N) {
+      const std::int64_t full = ncur / NR;
+      for (std::int64_t k = 0; k < kl; ++k) {
+        const float* src = g.B + (pc + k) * g.ldb + jc;
+        for (std::int64_t jt = 0; jt < full; ++jt)
+          std::memcpy(bpack + (jt * kl + k) * NR, src + jt * NR, NR * sizeof(float));
+        if (full < ntl) {
+          float* dst = bpack + (full * kl + k) * NR;
+          const int cols = static_cast<int>(ncur - full * NR);
+          for (int c = 0; c < cols; ++c) dst[c] = src[full * NR + c];
+          for (int c = cols; c < NR; ++c) dst[c] = 0.0f;
+        }
+      }
+    } else {  // B stored N x K: row j of the source is column j of op(B)
+      for (std::int64_t jt = 0; jt < ntl; ++jt) {
+        float* bp = bpack + jt * kl * NR;
+        for (int c = 0; c < NR; ++c) {
+          const std::int64_t j = jc + jt * NR + c;
+          if (j < jc + ncur) {
+            const float* src = g.B + j * g.ldb + pc;
+            for (std::int64_t k = 0; k < kl; ++k) bp[k * NR + c] = src[k];
+          } else {
+            for (std::int64_t k = 0; k < kl; ++k) bp[k * NR + c] = 0.0f;
+          }
+        }
+      }
+    }
+  }
+
+  // Packs the A micro-panels of rows [i0, i1) x k [pc, pc+kl), `astride` floats apart.
+  static void pack_a_block(const GemmArgs& g, bool rk, std::int64_t i0, std::int64_t i1,
+                           std::int64_t pc, std::int64_t kl, float* abuf, std::int64_t astride) {
+    const std::int64_t tiles = ceil_div(i1 - i0, MR);
+    if (!rk && g.ta == Trans::T) {  // A stored K x M: read each source row once, in order
+      const std::int64_t full = (i1 - i0) / MR;
+      for (std::int64_t k = 0; k < kl; ++k) {
+        const float* src = g.A + (pc + k) * g.lda + i0;
+        for (std::int64_t t = 0; t < full; ++t)
+          std::memcpy(abuf + t * astride + k * MR, src + t * MR, MR * sizeof(float));
+        if (full < tiles) {
+          float* dst = abuf + full * astride + k * MR;
+          const int rows = static_cast<int>(i1 - i0 - full * MR);
+          for (int r = 0; r < rows; ++r) dst[r] = src[full * MR + r];
+          for (int r = rows; r < MR; ++r) dst[r] = 0.0f;
+        }
+      }
+      return;
+    }
+    for (std::int64_t t = 0; t < tiles; ++t) pack_a(g, rk, i0 + t * MR, pc, kl, abuf + t * astride);
+  }
+
+  static void fill_neg_zero(const GemmArgs& g) {
+    for (std::int64_t i = 0; i < g.M; ++i)
+      for (std::int64_t j = 0; j < g.N; ++j) g.C[i * g.ldc + j] = -0.0f;
+  }
+
+  // Prefetches part `part` of `parts` of rows [r0, r1) x columns [c0, c1) of a row-major
+  // matrix (the source that a later pack will read), so packing reads hit the cache.
+  static void prefetch_rect(const float* base, std::int64_t ld, std::int64_t r0, std::int64_t r1,
+                            std::int64_t c0, std::int64_t c1, std::int64_t part,
+                            std::int64_t parts) {
+    if (r1 <= r0 || c1 <= c0) return;
+    const std::int64_t first = c0 / 16, lines = (c1 + 15) / 16 - first;
+    const std::int64_t total = (r1 - r0) * lines;
+    for (std::int64_t q = total * part / parts; q < total * (part + 1) / parts; ++q)
+      __builtin_prefetch(base + (r0 + q / lines) * ld + (first + q % lines) * 16, 0, 2);
+  }
+  // Source of op(A) rows [i0, i1) x k [pc, pc + kl).
+  static void prefetch_a(const GemmArgs& g, std::int64_t i0, std::int64_t i1, std::int64_t pc,
+                         std::int64_t kl, std::int64_t part, std::int64_t parts) {
+    if (g.ta == Trans::N)
+      prefetch_rect(g.A, g.lda, i0, i1, pc, pc + kl, part, parts);
+    else
+      prefetch_rect(g.A, g.lda, pc, pc + kl, i0, i1, part, parts);
+  }
+  // Source of op(B) k [pc, pc + kl) x columns [j0, j1).
+  static void prefetch_b(const GemmArgs& g, std::int64_t pc, std::int64_t kl, std::int64_t j0,
+                         std::int64_t j1, std::int64_t part, std::int64_t parts) {
+    if (g.tb == Trans::N)
+      prefetch_rect(g.B, g.ldb, pc, pc + kl, j0, j1, part, parts);
+    else
+      prefetch_rect(g.B, g.ldb, j0, j1, pc, pc + kl, part, parts);
+  }
+
+  struct Plan {
+    bool canonical;
+    std::int64_t B, kc, npanels, nc, mc, bfull;
+    int m, levels;
+    bool rk;
+  };
+
+  // Where the next A block to pack comes from (for prefetching); rows empty = none.
+  struct NextA {
+    std::int64_t r0 = 0, r1 = 0, pc = 0, kl = 0;
+  };
+  struct NextB {
+    std::int64_t pc = 0, kl = 0, j0 = 0, j1 = 0, part = 0, parts = 1;
+  };
+
+  // Packs the A block rows [ic, ic1) of panel p and runs the micro-kernel on its tiles
+  // against the packed B micro-panels bp0 (ntl of them, kl x NR each, `bstride` apart).
+  static void run_block(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
+                        std::int64_t ic, std::int64_t ic1, std::int64_t jc, std::int64_t j1,
+                        std::int64_t ntl, std::int64_t p, const float* bp0, std::int64_t bstride,
+                        float* ablock, std::int64_t astride, float* stk, float* slots,
+                        std::size_t slot_level, std::int64_t ntiles_nc, const NextA& na,
+                        const NextB& nb) {
+    const std::int64_t pc = p * pl.kc;
+    const std::int64_t kl = std::min(pl.kc, g.K - pc);
+    const bool last = p == pl.npanels - 1;
+    int add_levels[64];
+    int nadds = 0;
+    int dst_level = 0;
+    if (pl.canonical) {
+      // Slots to fold in, ascending level: the carries of pushing panel p (its trailing
+      // ones), or, for the last panel, every occupied level (push, then right fold).
+      dst_level = std::countr_one(static_cast<std::uint64_t>(p));
+      for (int l = 0; l < pl.levels; ++l)
+        if (((p >> l) & 1) && (last || l < dst_level)) add_levels[nadds++] = l;
+    }
+    pack_a_block(g, pl.rk, ic, ic1, pc, kl, ablock, astride);
+    const std::int64_t btiles = ceil_div(ic1 - ic, MR);
+    const std::int64_t calls = btiles * ntl;
+    for (std::int64_t bt = 0; bt < btiles; ++bt) {
+      const std::int64_t it = (ic - i0) / MR + bt;
+      const std::int64_t r0 = ic + bt * MR;
+      const int rows = static_cast<int>(std::min<std::int64_t>(MR, i1 - r0));
+      const float* ap = ablock + bt * astride;
+      for (std::int64_t jt = 0; jt < ntl; ++jt) {
+        const std::int64_t call = bt * ntl + jt;
+        if (na.r1 > na.r0) prefetch_a(g, na.r0, na.r1, na.pc, na.kl, call, calls);
+        if (nb.j1 > nb.j0)
+          prefetch_b(g, nb.pc, nb.kl, nb.j0, nb.j1, nb.part * calls + call, nb.parts * calls);
+        const std::int64_t c0 = jc + jt * NR;
+        const int cols = static_cast<int>(std::min<std::int64_t>(NR, j1 - c0));
+        const float* bp = bp0 + jt * bstride;
+        float* cdst = g.C + r0 * g.ldc + c0;
+        if (pl.canonical) {
+          const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
+          const float* tadds[64];
+          for (int a = 0; a < nadds; ++a) tadds[a] = slots + add_levels[a] * slot_level + tile_off;
+          float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
+          if (pl.rk)
+            Kern::template canon_panel<ARS_RK, 1>(kl, pl.B, pl.m, ap, bp, stk, tadds, nadds, slot,
+                                                  cdst, g.ldc, rows, cols);
+          else
+            Kern::template canon_panel<1, MR>(kl, pl.B, pl.m, ap, bp, stk, tadds, nadds, slot, cdst,
+                                              g.ldc, rows, cols);
+        } else {
+          if (pl.rk)
+            Kern::template chain_panel<ARS_RK, 1>(kl, ap, bp, p == 0, cdst, g.ldc, rows, cols);
+          else
+            Kern::template chain_panel<1, MR>(kl, ap, bp, p == 0, cdst, g.ldc, rows, cols);
+        }
+      }
+    }
+  }
+
+  // The sequential algorithm on the C rectangle rows [i0, i1) x columns [j0, j1), i0 and j0
+  // multiples of MR and NR. Per column block of nc, one of two loop orders:
+  //  * B resident (op(B)[K, block] packed fits pl.bfull floats, several panels): pack the whole
+  //    block of B once, then for each mc-row block run all K panels in turn, so the block's
+  //    counter slots (or C partial chains) stay in L2;
+  //  * otherwise (Goto order): for each K panel pack the B panel (kl x nc, L2), then for each
+  //    mc-row block pack its A micro-panels and run the kernels.
+  // Either way the A micro-panel sits in L1 across a row of tiles, B micro-panels stream from
+  // L2, and the sources of the next packs are prefetched while the kernels run.
+  static void run_rect(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
+                       std::int64_t j0, std::int64_t j1) {
+    if (i1 <= i0 || j1 <= j0) return;
+    const std::int64_t kmax = std::min(pl.kc, g.K);
+    const std::int64_t mtiles = ceil_div(i1 - i0, MR);
+    const std::int64_t nc = std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
+    const std::int64_t mc = std::min(pl.mc, mtiles * MR);
+    const std::int64_t ntiles_nc = nc / NR;
+    const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR;
+    const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
+    static thread_local Scratch abuf, bbuf, kbuf, sbuf;
+    float* ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
+    float* bpack = bbuf.get(static_cast<std::size_t>((resident ? g.K : kmax) * nc));
+    // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
+    // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
+    // first B loads would stall them (4K aliasing).
+    float* stk = kbuf.get(static_cast<std::size_t>((pl.m + 2) * TILE + 2048));
+    stk += ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) / sizeof(float);
+    const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * ntiles_nc;
+    const std::size_t slot_level = static_cast<std::size_t>(slot_tiles * TILE);
+    float* slots = pl.levels ? sbuf.get(pl.levels * slot_level) : nullptr;
+
+    for (std::int64_t jc = j0; jc < j1; jc += nc) {
+      const std::int64_t ncur = std::min(nc, j1 - jc);
+      const std::int64_t ntl = ceil_div(ncur, NR);
+      if (resident) {
+        // B micro-panel jt of panel p lives at bpack + (jt * K + pc) * NR.
+        for (std::int64_t p = 0; p < pl.npanels; ++p) {
+          const std::int64_t pc = p * pl.kc;
+          const std::int64_t kl = std::min(pl.kc, g.K - pc);
+          // pack_b_panel writes micro-panels kl * NR apart; pack each panel's micro-panels
+          // into a K-long column stripe instead.
+          for (std::int64_t jt = 0; jt < ntl; ++jt)
+            pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, jc + ncur - jc - jt * NR), pc,
+                         kl, bpack + (jt * g.K + pc) * NR);
+        }
+        for (std::int64_t ic = i0; ic < i1; ic += mc) {
+          const std::int64_t ic1 = std::min(ic + mc, i1);
+          for (std::int64_t p = 0; p < pl.npanels; ++p) {
+            NextA na;
+            if (p + 1 < pl.npanels)
+              na = {ic, ic1, (p + 1) * pl.kc, std::min(pl.kc, g.K - (p + 1) * pl.kc)};
+            else if (ic1 < i1)
+              na = {ic1, std::min(ic1 + mc, i1), 0, std::min(pl.kc, g.K)};
+            // Slots are per block here: tile index relative to this block.
+            run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, bpack + p * pl.kc * NR, g.K * NR,
+                      ablock, astride, stk, slots, slot_level, ntiles_nc, na, NextB{});
+          }
+        }
+        continue;
+      }
+      for (std::int64_t p = 0; p < pl.npanels; ++p) {
+        const std::int64_t pc = p * pl.kc;
+        const std::int64_t kl = std::min(pl.kc, g.K - pc);
+        const bool last = p == pl.npanels - 1;
+        pack_b_panel(g, jc, ncur, pc, kl, bpack);
+        // What the next pack_b_panel will read: the next panel, or the next column block's.
+        NextB nb;
+        nb.parts = ceil_div(i1 - i0, mc);
+        if (!last)
+          nb.pc = pc + pl.kc, nb.kl = std::min(pl.kc, g.K - nb.pc), nb.j0 = jc,
+          nb.j1 = j1 < jc + nc ? j1 : jc + nc;
+        else if (jc + nc < j1)
+          nb.pc = 0, nb.kl = std::min(pl.kc, g.K), nb.j0 = jc + nc,
+          nb.j1 = std::min(jc + 2 * nc, j1);
+        for (std::int64_t ic = i0; ic < i1; ic += mc) {
+          const std::int64_t ic1 = std::min(ic + mc, i1);
+          NextA na;
+          if (ic1 < i1)
+            na = {ic1, std::min(ic1 + mc, i1), pc, kl};
+          else if (!last)
+            na = {i0, std::min(i0 + mc, i1), pc + pl.kc, std::min(pl.kc, g.K - pc - pl.kc)};
+          else if (jc + nc < j1)
+            na = {i0, std::min(i0 + mc, i1), 0, std::min(pl.kc, g.K)};
+          nb.part = (ic - i0) / mc;
+          run_block(g, pl, i0, i1, ic, ic1, jc, j1, ntl, p, bpack, kl * NR, ablock, astride, stk,
+                    slots, slot_level, ntiles_nc, na, nb);
+        }
+      }
+    }
+  }
+
+  // Threads split C into rectangles (never K) and run the sequential algorithm on each with
+  // private packing buffers: no synchronization inside a call. The split is along M when
+  // N <= M (each thread re-packs the smaller B) and along N otherwise (re-packs A).
+  static void run(const GemmArgs& g, const GemmTuning& tun, bool canonical) {
+    if (g.M == 0 || g.N == 0) return;
+    if (g.K == 0) return fill_neg_zero(g);
+    Plan pl{};
+    pl.canonical = canonical;
+    pl.B = g.block;
+    if (canonical) {
+      pl.kc = pl.B;
+      while (pl.kc * 2 <= tun.kc_target) pl.kc *= 2, ++pl.m;
+    } else {
+      pl.kc = std::max<std::int64_t>(1, tun.kc_target);
+    }
+    pl.npanels = ceil_div(g.K, pl.kc);
+    pl.levels = canonical ? std::bit_width(static_cast<std::uint64_t>(pl.npanels - 1)) : 0;
+    pl.nc = std::max<std::int64_t>(NR, tun.nc / NR * NR);
+    pl.mc = std::max<std::int64_t>(MR, tun.mc / MR * MR);
+    pl.bfull = tun.b_resident_floats;
+    pl.rk = g.ta == Trans::N && std::min(pl.kc, g.K) <= KCMAX_RK;
+
+    const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
+    const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;
+    const std::int64_t units = split_m ? mtiles : ntiles;
+    const int threads = static_cast<int>(std::min<std::int64_t>(g.threads, units));
+    if (threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
+#pragma omp parallel num_threads(threads)
+    {
+      const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      const std::int64_t u0 = units * tid / nth, u1 = units * (tid + 1) / nth;
+      if (split_m)
+        run_rect(g, pl, u0 * MR, std::min(g.M, u1 * MR), 0, g.N);
+      else
+        run_rect(g, pl, 0, g.M, u0 * NR, std::min(g.N, u1 * NR));
+    }
+  }
+};
+
+}  // namespace
+}  // namespace lockstep::gemm_detail

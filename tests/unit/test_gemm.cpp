@@ -1,0 +1,434 @@
+// Bitwise tests of the GEMMs (runtime/gemm.hpp): canonical == the literal scalar reference on
+// every ISA path for many shapes, block sizes, transpositions, leading dimensions and special
+// values; canonical bits independent of M, N, threads, tiling and ISA; K sharded into aligned
+// subtrees + tree_sum == unsplit; chain == a literal single FMA chain; vendor GEMMs within
+// tolerance of float64; argument errors. Bitwise claims compare bits (memcmp), never tolerances.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "runtime/csum.hpp"
+#include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/tensor.hpp"
+
+using namespace lockstep;
+
+namespace {
+
+std::uint64_t splitmix64(std::uint64_t& s) {
+  std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+std::uint32_t bits_of(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// x86's default NaN: the only NaN the inputs use, so NaN results have one bit pattern no
+// matter which operand an instruction propagates.
+const float kNaN = from_bits(0xFFC00000u);
+
+enum class Fill { normal, wide, special };
+
+// n floats. normal: O(1) values of both signs over ~12 binades with a few signed zeros.
+// wide: magnitudes 2^-30..2^30 plus subnormals. special: wide plus +-Inf and NaN, rarely.
+std::vector<float> gen(std::size_t n, std::uint64_t seed, Fill fill) {
+  std::vector<float> v(n);
+  std::uint64_t s = seed * 0x51ED27u + 17;
+  for (auto& x : v) {
+    const std::uint64_t r = splitmix64(s);
+    const int kind = static_cast<int>(r % 97);
+    const float sign = ((r >> 63) & 1) ? -1.0f : 1.0f;
+    const float mant = static_cast<float>((r >> 8) & 0xFFFFFF) / 16777216.0f + 0.5f;
+    if (kind == 0) {
+      x = 0.0f;
+    } else if (kind == 1) {
+      x = -0.0f;
+    } else if (fill != Fill::normal && kind == 2) {
+      x = sign * from_bits(static_cast<std::uint32_t>((r >> 20) & 0x7FFFFF) | 1u);  // subnormal
+    } else if (fill == Fill::special && kind == 3 && ((r >> 30) & 7) == 0) {
+      x = sign * std::numeric_limits<float>::infinity();
+    } else if (fill == Fill::special && kind == 4 && ((r >> 30) & 7) == 0) {
+      x = kNaN;
+    } else {
+      const int span = fill == Fill::normal ? 12 : 60;
+      const int exp = static_cast<int>((r >> 40) % span) - span / 2;
+      x = std::ldexp(mant, exp) * sign;
+    }
+  }
+  return v;
+}
+
+struct Problem {
+  Trans ta = Trans::N, tb = Trans::N;
+  std::int64_t M = 1, N = 1, K = 1, lda = 1, ldb = 1, ldc = 1;
+  std::vector<float> A, B;
+};
+
+Problem make_problem(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K,
+                     std::int64_t pad, std::uint64_t seed, Fill fill) {
+  Problem p;
+  p.ta = ta, p.tb = tb, p.M = M, p.N = N, p.K = K;
+  const std::int64_t arows = ta == Trans::N ? M : K, acols = ta == Trans::N ? K : M;
+  const std::int64_t brows = tb == Trans::N ? K : N, bcols = tb == Trans::N ? N : K;
+  p.lda = std::max<std::int64_t>(1, acols + pad);
+  p.ldb = std::max<std::int64_t>(1, bcols + (pad * 3) % 7);
+  p.ldc = std::max<std::int64_t>(1, N + (pad * 5) % 4);
+  p.A = gen(static_cast<std::size_t>(std::max<std::int64_t>(1, arows * p.lda)), seed, fill);
+  p.B = gen(static_cast<std::size_t>(std::max<std::int64_t>(1, brows * p.ldb)), seed + 1000, fill);
+  return p;
+}
+
+constexpr float kSentinel = 12345.678f;
+
+// Runs one GEMM into a fresh C (padding columns hold a sentinel that must survive).
+std::vector<float> run(const KernelCtx& ctx, GemmImpl impl, const Problem& p) {
+  std::vector<float> C(static_cast<std::size_t>(std::max<std::int64_t>(1, p.M * p.ldc)), kSentinel);
+  gemm(ctx, impl, p.ta, p.tb, p.M, p.N, p.K, p.A.data(), p.lda, p.B.data(), p.ldb, C.data(), p.ldc);
+  for (std::int64_t i = 0; i < p.M; ++i)
+    for (std::int64_t j = p.N; j < p.ldc; ++j)
+      if (bits_of(C[i * p.ldc + j]) != bits_of(kSentinel)) FAIL("GEMM wrote past column N");
+  return C;
+}
+
+// Compact M x N copy of C (drops the ldc padding).
+std::vector<float> compact(const std::vector<float>& C, std::int64_t M, std::int64_t N,
+                           std::int64_t ldc) {
+  std::vector<float> out(static_cast<std::size_t>(M * N));
+  for (std::int64_t i = 0; i < M; ++i)
+    for (std::int64_t j = 0; j < N; ++j) out[i * N + j] = C[i * ldc + j];
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() &&
+         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
+}
+
+std::string first_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
+    if (bits_of(a[i]) != bits_of(b[i]))
+      return "index " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " +
+             std::to_string(b[i]);
+  return a.size() == b.size() ? "none" : "sizes differ";
+}
+
+float a_at(const Problem& p, std::int64_t i, std::int64_t k) {
+  return p.ta == Trans::N ? p.A[i * p.lda + k] : p.A[k * p.lda + i];
+}
+float b_at(const Problem& p, std::int64_t k, std::int64_t j) {
+  return p.tb == Trans::N ? p.B[k * p.ldb + j] : p.B[j * p.ldb + k];
+}
+
+const char* tname(Trans t) {
+  return t == Trans::N ? "N" : "T";
+}
+
+struct TuningGuard {
+  GemmTuning saved = gemm_tuning();
+  ~TuningGuard() { set_gemm_tuning(saved); }
+};
+
+const std::int64_t kMN[] = {1, 2, 3, 5, 13, 17, 31, 33, 47, 64, 100};
+const std::int64_t kK[] = {1, 5, 63, 64, 65, 127, 128, 129, 200, 513, 1030};
+const Trans kTrans[] = {Trans::N, Trans::T};
+
+}  // namespace
+
+TEST_CASE("canonical GEMM equals the literal reference bitwise on every ISA path") {
+  std::uint64_t s = 42;
+  int cases = 0;
+  for (int B : {1, 7, 16, 64, 128}) {
+    for (Trans ta : kTrans) {
+      for (Trans tb : kTrans) {
+        for (int rep = 0; rep < 10; ++rep) {
+          const std::int64_t M = kMN[splitmix64(s) % 11], N = kMN[splitmix64(s) % 11];
+          std::int64_t K = kK[splitmix64(s) % 11];
+          if (B == 1 && K > 200) K = 129;  // keep the literal reference quick
+          const std::int64_t pad = static_cast<std::int64_t>(splitmix64(s) % 6);
+          const Fill fill = static_cast<Fill>(rep % 3);
+          const Problem p = make_problem(ta, tb, M, N, K, pad, splitmix64(s), fill);
+          const int threads = 1 + static_cast<int>(splitmix64(s) % 3);
+          const auto ref = run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p);
+          for (Isa isa : supported_isas()) {
+            INFO("isa=" << isa_name(isa) << " B=" << B << " " << tname(ta) << tname(tb)
+                        << " M=" << M << " N=" << N << " K=" << K << " pad=" << pad
+                        << " threads=" << threads << " fill=" << rep % 3);
+            const auto got = run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p);
+            INFO("first difference: " << first_diff(got, ref));
+            REQUIRE(same_bits(got, ref));
+            ++cases;
+          }
+        }
+      }
+    }
+  }
+  CHECK(cases >= 200);
+}
+
+TEST_CASE("canonical GEMM: large blocks, single-panel and multi-panel K, shapes past one tile") {
+  std::uint64_t s = 7;
+  for (int B : {64, 600}) {
+    for (auto [M, N, K] :
+         {std::tuple<int, int, int>{37, 70, 1300}, {25, 33, 2100}, {130, 3, 700}}) {
+      const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+      const Problem p = make_problem(ta, tb, M, N, K, 1, splitmix64(s), Fill::wide);
+      const auto ref = run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p);
+      for (Isa isa : supported_isas()) {
+        INFO("isa=" << isa_name(isa) << " B=" << B << " M=" << M << " N=" << N << " K=" << K);
+        REQUIRE(same_bits(run(KernelCtx{isa, 2, B}, GemmImpl::canonical, p), ref));
+      }
+    }
+  }
+}
+
+TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA path") {
+  TuningGuard guard;
+  const std::int64_t M = 100, N = 100;
+  for (Trans ta : kTrans) {
+    for (Trans tb : kTrans) {
+      for (std::int64_t K : {129, 1030}) {
+        const int B = 16;
+        const Problem p = make_problem(ta, tb, M, N, K, 3, 77 + K, Fill::wide);
+        set_gemm_tuning(GemmTuning{});
+        const auto full =
+            compact(run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p), M, N, p.ldc);
+        for (Isa isa : supported_isas()) {
+          for (int threads : {1, 2, 3}) {
+            for (auto [kc, nc, mc, res] : {std::tuple<int, int, int, int>{256, 512, 264, 1 << 18},
+                                           {1, 32, 12, 0},
+                                           {64, 64, 24, 1 << 30},
+                                           {100, 96, 36, 1 << 18},
+                                           {700, 1000, 1000, 0},
+                                           {2048, 32, 7, 1 << 30},
+                                           {16, 64, 48, 1 << 30}}) {
+              set_gemm_tuning(GemmTuning{kc, nc, mc, res});
+              INFO("isa=" << isa_name(isa) << " threads=" << threads << " kc=" << kc << " nc=" << nc
+                          << " mc=" << mc << " resident=" << res << " " << tname(ta) << tname(tb)
+                          << " K=" << K);
+              const auto got =
+                  compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), M, N, p.ldc);
+              REQUIRE(same_bits(got, full));
+            }
+            set_gemm_tuning(GemmTuning{});
+            // A sub-block of C via smaller M and N (offset A and B pointers).
+            for (auto [r0, m, c0, n] : {std::tuple<int, int, int, int>{0, 1, 0, 1},
+                                        {37, 13, 5, 33},
+                                        {99, 1, 64, 36},
+                                        {3, 97, 2, 7}}) {
+              std::vector<float> C(static_cast<std::size_t>(m * n));
+              const float* A = p.A.data() + (ta == Trans::N ? r0 * p.lda : r0);
+              const float* Bp = p.B.data() + (tb == Trans::N ? c0 : c0 * p.ldb);
+              gemm(KernelCtx{isa, threads, B}, GemmImpl::canonical, ta, tb, m, n, K, A, p.lda, Bp,
+                   p.ldb, C.data(), n);
+              std::vector<float> want(static_cast<std::size_t>(m * n));
+              for (int i = 0; i < m; ++i)
+                for (int j = 0; j < n; ++j) want[i * n + j] = full[(r0 + i) * N + c0 + j];
+              INFO("sub-block r0=" << r0 << " m=" << m << " c0=" << c0 << " n=" << n
+                                   << " isa=" << isa_name(isa) << " threads=" << threads);
+              REQUIRE(same_bits(C, want));
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("K split into aligned shards of 2^q blocks + tree_sum equals the unsplit GEMM") {
+  std::uint64_t s = 99;
+  for (int B : {16, 64}) {
+    for (int shards : {2, 4, 8}) {
+      for (int q : {0, 1, 3}) {
+        for (bool short_last : {false, true}) {
+          const std::int64_t shardK = static_cast<std::int64_t>(B) << q;
+          const std::int64_t lastK =
+              short_last ? 1 + static_cast<std::int64_t>(splitmix64(s) % shardK) : shardK;
+          const std::int64_t K = (shards - 1) * shardK + lastK;
+          const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+          const std::int64_t M = 19, N = 45;
+          const Problem p = make_problem(ta, tb, M, N, K, 2, splitmix64(s), Fill::wide);
+          for (Isa isa : supported_isas()) {
+            const KernelCtx ctx{isa, 2, B};
+            const auto whole = compact(run(ctx, GemmImpl::canonical, p), M, N, p.ldc);
+            std::vector<std::vector<float>> parts(static_cast<std::size_t>(shards),
+                                                  std::vector<float>(M * N));
+            std::vector<const float*> ptrs;
+            for (int sh = 0; sh < shards; ++sh) {
+              const std::int64_t k0 = sh * shardK, kl = sh == shards - 1 ? lastK : shardK;
+              const float* A = p.A.data() + (p.ta == Trans::N ? k0 : k0 * p.lda);
+              const float* Bp = p.B.data() + (p.tb == Trans::N ? k0 * p.ldb : k0);
+              gemm(ctx, GemmImpl::canonical, ta, tb, M, N, kl, A, p.lda, Bp, p.ldb,
+                   parts[sh].data(), N);
+              ptrs.push_back(parts[sh].data());
+            }
+            std::vector<float> combined(M * N);
+            tree_sum(ptrs, M * N, combined.data());
+            INFO("isa=" << isa_name(isa) << " B=" << B << " shards=" << shards << " q=" << q
+                        << " K=" << K << " " << tname(ta) << tname(tb));
+            REQUIRE(same_bits(combined, whole));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("chain GEMM equals a literal single FMA chain per element") {
+  TuningGuard guard;
+  std::uint64_t s = 5;
+  for (int rep = 0; rep < 24; ++rep) {
+    const Trans ta = kTrans[rep % 2], tb = kTrans[(rep / 2) % 2];
+    const std::int64_t M = kMN[splitmix64(s) % 11], N = kMN[splitmix64(s) % 11],
+                       K = kK[splitmix64(s) % 11];
+    const Problem p =
+        make_problem(ta, tb, M, N, K, rep % 4, splitmix64(s), static_cast<Fill>(rep % 3));
+    std::vector<float> want(static_cast<std::size_t>(M * N));
+    for (std::int64_t i = 0; i < M; ++i)
+      for (std::int64_t j = 0; j < N; ++j) {
+        float acc = -0.0f;
+        for (std::int64_t k = 0; k < K; ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
+        want[i * N + j] = acc;
+      }
+    for (Isa isa : supported_isas()) {
+      for (auto kc : {256, 64, 7}) {
+        set_gemm_tuning(
+            GemmTuning{kc, rep % 2 ? 32 : 512, rep % 3 ? 264 : 12, rep % 4 < 2 ? 0 : 1 << 30});
+        const int threads = 1 + rep % 3;
+        INFO("isa=" << isa_name(isa) << " kc=" << kc << " " << tname(ta) << tname(tb) << " M=" << M
+                    << " N=" << N << " K=" << K);
+        const auto got = compact(run(KernelCtx{isa, threads, 64}, GemmImpl::chain, p), M, N, p.ldc);
+        REQUIRE(same_bits(got, want));
+      }
+    }
+  }
+}
+
+TEST_CASE("K == 0 gives IEEE's additive identity -0.0") {
+  for (GemmImpl impl : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::reference}) {
+    for (Isa isa : supported_isas()) {
+      std::vector<float> C(6, 1.0f);
+      gemm(KernelCtx{isa, 2, 64}, impl, Trans::N, Trans::N, 2, 3, 0, nullptr, 1, nullptr, 3,
+           C.data(), 3);
+      for (float c : C) REQUIRE(bits_of(c) == bits_of(-0.0f));
+    }
+  }
+}
+
+TEST_CASE("canonical keeps signed zeros: all -0 products give -0, mixed give +0") {
+  for (Isa isa : supported_isas()) {
+    const std::int64_t K = 200;
+    std::vector<float> A(K, -0.0f), Bm(K, 1.0f), C(1);
+    gemm(KernelCtx{isa, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 1, 1, K, A.data(), K,
+         Bm.data(), 1, C.data(), 1);
+    REQUIRE(bits_of(C[0]) == bits_of(-0.0f));
+    A[150] = 0.0f;
+    gemm(KernelCtx{isa, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 1, 1, K, A.data(), K,
+         Bm.data(), 1, C.data(), 1);
+    REQUIRE(bits_of(C[0]) == bits_of(0.0f));
+  }
+}
+
+TEST_CASE("eigen and openblas GEMMs agree with a float64 reference within tolerance") {
+  for (GemmImpl impl : {GemmImpl::eigen, GemmImpl::openblas}) {
+    for (Trans ta : kTrans) {
+      for (Trans tb : kTrans) {
+        for (int threads : {1, 2}) {
+          const std::int64_t M = 47, N = 33, K = 513;
+          const Problem p = make_problem(ta, tb, M, N, K, 3, 11, Fill::normal);
+          const auto got = run(KernelCtx{Isa::scalar, threads, 64}, impl, p);
+          for (std::int64_t i = 0; i < M; ++i)
+            for (std::int64_t j = 0; j < N; ++j) {
+              double ref = 0, mag = 0;
+              for (std::int64_t k = 0; k < K; ++k) {
+                ref += static_cast<double>(a_at(p, i, k)) * b_at(p, k, j);
+                mag += std::fabs(static_cast<double>(a_at(p, i, k)) * b_at(p, k, j));
+              }
+              INFO(gemm_impl_name(impl)
+                   << " " << tname(ta) << tname(tb) << " i=" << i << " j=" << j);
+              REQUIRE(std::fabs(got[i * p.ldc + j] - ref) <= 1e-5 * mag + 1e-30);
+            }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("matmul: tensor form, shape checks name both tensors") {
+  const KernelCtx ctx = KernelCtx::best(2, 64);
+  Tensor X = Tensor::zeros(DType::f32, {5, 7}, "X");
+  Tensor W = Tensor::zeros(DType::f32, {3, 7}, "W");
+  Tensor Y = Tensor::zeros(DType::f32, {5, 3}, "Y");
+  const auto xv = gen(35, 1, Fill::normal), wv = gen(21, 2, Fill::normal);
+  std::memcpy(X.data<float>(), xv.data(), 35 * 4);
+  std::memcpy(W.data<float>(), wv.data(), 21 * 4);
+  matmul(ctx, GemmImpl::canonical, X, Trans::N, W, Trans::T, Y);
+  std::vector<float> want(15);
+  gemm(ctx, GemmImpl::reference, Trans::N, Trans::T, 5, 3, 7, xv.data(), 7, wv.data(), 7,
+       want.data(), 3);
+  REQUIRE(std::memcmp(Y.data<float>(), want.data(), 15 * 4) == 0);
+
+  try {
+    matmul(ctx, GemmImpl::canonical, X, Trans::N, W, Trans::N, Y);
+    FAIL("inner-dimension mismatch did not throw");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("'X'") != std::string::npos);
+    CHECK(msg.find("'W'") != std::string::npos);
+    CHECK(msg.find("[5, 7]") != std::string::npos);
+    CHECK(msg.find("[3, 7]") != std::string::npos);
+  }
+  Tensor Ybad = Tensor::zeros(DType::f32, {5, 4}, "Ybad");
+  try {
+    matmul(ctx, GemmImpl::canonical, X, Trans::N, W, Trans::T, Ybad);
+    FAIL("output mismatch did not throw");
+  } catch (const Error& e) {
+    const std::string msg = e.what();
+    CHECK(msg.find("Ybad") != std::string::npos);
+    CHECK(msg.find("[5, 4]") != std::string::npos);
+  }
+  // A row slice (padded leading dimension) works like a plain pointer call.
+  Tensor Xbig = Tensor::zeros(DType::f32, {5, 9}, "Xbig");
+  Tensor Xs = Xbig.slice(1, 0, 7);
+  for (int i = 0; i < 5; ++i) std::memcpy(Xbig.data<float>() + i * 9, xv.data() + i * 7, 7 * 4);
+  Tensor Y2 = Tensor::zeros(DType::f32, {5, 3}, "Y2");
+  matmul(ctx, GemmImpl::canonical, Xs, Trans::N, W, Trans::T, Y2);
+  REQUIRE(Y2.bitwise_equal(Y));
+}
+
+TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions and unknown names") {
+  std::vector<float> A(16, 1.0f), B(16, 1.0f), C(16);
+  REQUIRE_THROWS_AS(gemm(KernelCtx{Isa::scalar, 0, 64}, GemmImpl::canonical, Trans::N, Trans::N, 2,
+                         2, 2, A.data(), 2, B.data(), 2, C.data(), 2),
+                    Error);
+  REQUIRE_THROWS_AS(gemm(KernelCtx{Isa::scalar, 1, 0}, GemmImpl::canonical, Trans::N, Trans::N, 2,
+                         2, 2, A.data(), 2, B.data(), 2, C.data(), 2),
+                    Error);
+  REQUIRE_THROWS_AS(gemm(KernelCtx{Isa::scalar, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 2,
+                         2, 3, A.data(), 2, B.data(), 2, C.data(), 2),
+                    Error);
+  REQUIRE_THROWS_AS(gemm(KernelCtx{Isa::scalar, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 2,
+                         3, 2, A.data(), 2, B.data(), 3, C.data(), 2),
+                    Error);
+  REQUIRE_THROWS_AS(parse_gemm_impl("cublas"), Error);
+  for (GemmImpl i : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::eigen, GemmImpl::openblas,
+                     GemmImpl::reference})
+    REQUIRE(parse_gemm_impl(gemm_impl_name(i)) == i);
+  const GemmImpl f = fastest_gemm_impl();
+  REQUIRE((f == GemmImpl::openblas || f == GemmImpl::eigen));
+}

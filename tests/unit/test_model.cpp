@@ -1,0 +1,218 @@
+// Single-process tests of the GPT model (model/gpt.hpp, model/param_table.hpp, model/ops.hpp,
+// parallel/vocab_parallel.hpp): the parameter table, row csums and the sparse token-axis
+// embedding gradient against literal definitions, and the G3 properties that need no MPI:
+// one microbatch of 4 sequences == 4 microbatches of 1 merged with BinaryCounter (loss and
+// every gradient term, bitwise), 1 thread == 2 threads, every ISA path, forward_loss ==
+// forward_backward's loss.
+#include <catch2/catch.hpp>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "../support/test_data.hpp"
+#include "model/gpt.hpp"
+#include "model/ops.hpp"
+#include "parallel/vocab_parallel.hpp"
+#include "runtime/csum.hpp"
+
+using namespace lockstep;
+using lockstep::testing::mixed_floats;
+using lockstep::testing::same_bits;
+
+namespace {
+
+ModelConfig tiny(float dropout = 0.1f, bool bias = true) {
+  ModelConfig c;
+  c.vocab = 256;
+  c.context = 64;
+  c.layers = 2;
+  c.d_model = 128;
+  c.heads = 4;
+  c.ffn = 256;
+  c.dropout = dropout;
+  c.bias = bias;
+  return c;
+}
+
+struct Batch {
+  std::vector<std::int32_t> tokens, labels;
+  std::vector<std::int64_t> seq_ids;
+};
+
+Batch make_batch(const ModelConfig& c, std::int64_t n, std::uint64_t seed = 7) {
+  Batch b;
+  std::uint64_t s = seed;
+  for (std::int64_t t = 0; t < n * c.context; ++t) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    b.tokens.push_back(static_cast<std::int32_t>((s >> 33) % c.vocab));
+    b.labels.push_back(static_cast<std::int32_t>((s >> 17) % c.vocab));
+  }
+  for (std::int64_t i = 0; i < n; ++i) b.seq_ids.push_back(100 + i);
+  return b;
+}
+
+bool grads_equal(const Gpt& a, const Gpt& b) {
+  for (std::size_t i = 0; i < a.grads().size(); ++i)
+    for (std::size_t k = 0; k < a.grads()[i].size(); ++k)
+      if (!a.grads()[i][k].bitwise_equal(b.grads()[i][k])) return false;
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("parameter table: names, shapes, partitions, terms, order") {
+  const ModelConfig c = tiny(0.0f, false);
+  const ParamTable t = ParamTable::build(c);
+  REQUIRE(t.size() == 2 + 10 * 2 + 2);
+  CHECK(t[0].name == "embed.weight");
+  CHECK(t[0].partition_dim == 0);
+  CHECK(t[0].terms == std::vector<std::string>{"head", "lookup"});
+  CHECK(t[1].name == "pos_embed.weight");
+  CHECK(t[1].partition_dim == -1);
+  const auto& q = t[t.index_of("layers.1.attn.q.weight")];
+  CHECK(q.shape == Shape{128, 128});
+  CHECK(q.partition_dim == 0);
+  CHECK(q.weight_decay);
+  CHECK(t[t.index_of("layers.0.attn.proj.weight")].partition_dim == 1);
+  CHECK(t[t.index_of("layers.0.mlp.fc2.weight")].shape == Shape{128, 256});
+  CHECK(t[t.index_of("layers.0.mlp.fc2.weight")].partition_dim == 1);
+  CHECK(t[t.index_of("layers.0.mlp.fc1.weight")].partition_dim == 0);
+  CHECK_FALSE(t[t.index_of("layers.0.ln1.weight")].weight_decay);
+  CHECK(t[t.index_of("layers.0.ln1.weight")].init == InitKind::ones);
+  CHECK(t[t.size() - 1].name == "final_ln.bias");
+  CHECK_THROWS(t.index_of("layers.0.attn.q.bias"));
+  const ParamTable tb = ParamTable::build(tiny(0.0f, true));
+  CHECK(tb[tb.index_of("layers.0.attn.q.bias")].partition_dim == 0);
+  CHECK(tb[tb.index_of("layers.0.attn.proj.bias")].partition_dim == -1);
+  CHECK(tb[tb.index_of("layers.0.mlp.fc1.bias")].partition_dim == 0);
+  CHECK(tb[tb.index_of("layers.0.mlp.fc2.bias")].partition_dim == -1);
+  CHECK(model_invariance_reason(c, 4, 16, 1).empty());
+  CHECK_FALSE(model_invariance_reason(c, 4, 64, 1).empty());  // d/tp = 32 < one block
+  CHECK_FALSE(model_invariance_reason(c, 3, 16, 1).empty());
+  CHECK_THROWS(validate_model_config(c, 3));
+}
+
+TEST_CASE("csum_each_row equals csum per row") {
+  for (std::int64_t n : {1, 7, 64, 100, 256}) {
+    for (int B : {1, 4, 16, 64}) {
+      const std::int64_t rows = 19, ld = n + 3;
+      const auto x = mixed_floats(static_cast<std::size_t>(rows * ld), 11 + n);
+      std::vector<float> out(rows);
+      csum_each_row(x.data(), rows, n, ld, B, out.data());
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float want = csum(x.data() + r * ld, n, B);
+        CHECK(std::memcmp(&want, &out[r], 4) == 0);
+      }
+    }
+  }
+}
+
+TEST_CASE("token_row_grad equals the literal masked dense csum over tokens") {
+  const std::int64_t T = 200, width = 5, rows = 9, row_lo = 3;
+  const auto dx = mixed_floats(static_cast<std::size_t>(T * width), 5);
+  std::vector<std::int32_t> row_of(T);
+  std::uint64_t s = 1;
+  for (auto& r : row_of) r = static_cast<std::int32_t>(lockstep::testing::splitmix64(s) % 14);
+  for (int B : {1, 4, 16, 64}) {
+    for (int threads : {1, 2}) {
+      std::vector<float> out(rows * width);
+      token_row_grad(KernelCtx{best_isa(), threads, B}, row_of.data(), T, dx.data(), width, width,
+                     row_lo, rows, out.data());
+      std::vector<float> col(T);
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t e = 0; e < width; ++e) {
+          for (std::int64_t t = 0; t < T; ++t)
+            col[t] = row_of[t] == row_lo + r ? dx[t * width + e] : -0.0f;
+          const float want = csum(col.data(), T, B);
+          CHECK(std::memcmp(&want, &out[r * width + e], 4) == 0);
+        }
+    }
+  }
+}
+
+TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by BinaryCounter (bitwise)") {
+  for (float dropout : {0.0f, 0.1f}) {
+    const ModelConfig cfg = tiny(dropout, true);
+    const KernelCtx ctx = KernelCtx::best(1, 16);
+    const Batch b = make_batch(cfg, 4);
+    const float scale = 1.0f / static_cast<float>(4 * cfg.context);
+    Gpt whole(cfg, nullptr, Determinism::invariant, ctx);
+    whole.init(3);
+    const float loss4 =
+        whole.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 4, 2, scale);
+
+    Gpt part(cfg, nullptr, Determinism::invariant, ctx);
+    part.init(3);
+    const std::int64_t blocks = cfg.context / ctx.reduce_block;  // leaves per microbatch
+    BinaryCounter loss_counter(1);
+    std::vector<std::vector<BinaryCounter>> counters;
+    for (const auto& terms : part.grads()) {
+      counters.emplace_back();
+      for (const Tensor& g : terms) counters.back().emplace_back(g.numel());
+    }
+    for (std::int64_t m = 0; m < 4; ++m) {
+      const std::int64_t off = m * cfg.context;
+      const float l = part.forward_backward(b.tokens.data() + off, b.labels.data() + off,
+                                            b.seq_ids.data() + m, 1, 2, scale);
+      loss_counter.push_subtree(&l, blocks);
+      for (std::size_t i = 0; i < counters.size(); ++i)
+        for (std::size_t k = 0; k < counters[i].size(); ++k)
+          counters[i][k].push_subtree(part.grads()[i][k].data<float>(), blocks);
+    }
+    float loss_merged;
+    loss_counter.result(&loss_merged);
+    INFO("dropout " << dropout);
+    CHECK(std::memcmp(&loss_merged, &loss4, 4) == 0);
+    int bad = 0;
+    for (std::size_t i = 0; i < counters.size(); ++i)
+      for (std::size_t k = 0; k < counters[i].size(); ++k) {
+        std::vector<float> merged(static_cast<std::size_t>(whole.grads()[i][k].numel()));
+        counters[i][k].result(merged.data());
+        if (!same_bits(merged.data(), whole.grads()[i][k].data<float>(), merged.size())) {
+          UNSCOPED_INFO("differs: " << whole.table()[i].name << "/" << whole.table()[i].terms[k]);
+          ++bad;
+        }
+      }
+    CHECK(bad == 0);
+  }
+}
+
+TEST_CASE("GPT: threads and ISA paths do not change bits; forward_loss == forward_backward") {
+  const ModelConfig cfg = tiny(0.1f, true);
+  const Batch b = make_batch(cfg, 2);
+  const float scale = 1.0f / static_cast<float>(2 * cfg.context);
+  Gpt ref(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
+  ref.init(9);
+  const float l0 =
+      ref.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 2, 4, scale);
+  const float le = ref.forward_loss(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 2, 4);
+  CHECK(std::memcmp(&l0, &le, 4) == 0);
+  const float lnodrop =
+      ref.forward_loss(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 2, 4, false);
+  CHECK(lnodrop != l0);
+  for (Isa isa : supported_isas()) {
+    for (int threads : {1, 2}) {
+      INFO(isa_name(isa) << " threads " << threads);
+      Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx{isa, threads, 16});
+      m.init(9);
+      const float l =
+          m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 2, 4, scale);
+      CHECK(std::memcmp(&l, &l0, 4) == 0);
+      CHECK(grads_equal(m, ref));
+    }
+  }
+}
+
+TEST_CASE("GPT: gradients are overwritten per call, and another step changes dropout") {
+  const ModelConfig cfg = tiny(0.1f, false);
+  const Batch b = make_batch(cfg, 1);
+  Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
+  m.init(1);
+  const float a = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
+  const Tensor g = m.grads()[2][0].clone();
+  const float a2 = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
+  CHECK(std::memcmp(&a, &a2, 4) == 0);
+  CHECK(g.bitwise_equal(m.grads()[2][0]));
+  const float c = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 1, 0.01f);
+  CHECK(c != a);
+}
