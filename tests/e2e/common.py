@@ -1,0 +1,47 @@
+"""Helpers for the end-to-end tests: run build/bin/lockstep (under mpirun when np > 1) and
+compare run directories. Standard library only; ctest passes the binary and mpirun paths."""
+import json
+import os
+import subprocess
+import sys
+
+MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
+             "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "lo",
+             "--mca", "oob_tcp_if_include", "lo"]
+
+
+def run_train(binary, mpirun, np, out, config, sets, timeout=600):
+    cmd = [binary, "train", config, "--set", f"run.out={out}"]
+    for s in sets:
+        cmd += ["--set", s]
+    if np > 1:
+        cmd = [mpirun] + MPI_FLAGS + ["-np", str(np)] + cmd
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    if res.returncode != 0:
+        sys.stdout.write(res.stdout + res.stderr)
+        raise SystemExit(f"FAIL: {' '.join(cmd)} exited {res.returncode}")
+    return res
+
+
+def read_trace(out):
+    with open(os.path.join(out, "trace.jsonl"), "rb") as f:
+        return f.read().splitlines()
+
+
+def first_difference(a_lines, b_lines):
+    """(step, field) of the first difference between two traces, or None if identical."""
+    for la, lb in zip(a_lines, b_lines):
+        if la != lb:
+            ja, jb = json.loads(la), json.loads(lb)
+            for key in ja:
+                if ja[key] != jb.get(key):
+                    if key == "fp":
+                        for name in ja["fp"]:
+                            if ja["fp"][name] != jb["fp"].get(name):
+                                return ja["step"], "fp." + name
+                    return ja["step"], key
+            return ja.get("step"), "?"
+    if len(a_lines) != len(b_lines):
+        return min(len(a_lines), len(b_lines)) + 1, "missing lines"
+    return None

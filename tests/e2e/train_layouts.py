@@ -1,0 +1,50 @@
+"""G1 and G3 end to end: the tiny preset (dropout on) trained for a few steps on many
+layouts must write byte-identical trace.jsonl files (loss bits and every parameter
+fingerprint at every step). Usage: train_layouts.py BINARY MPIRUN SOURCE_DIR WORK_DIR"""
+import os
+import shutil
+import sys
+
+from common import first_difference, read_trace, run_train
+
+binary, mpirun, src, work = sys.argv[1:5]
+config = os.path.join(src, "launch", "configs", "tiny.toml")
+shutil.rmtree(work, ignore_errors=True)
+steps = ["run.steps=5"]
+
+# (name, np, overrides)
+layouts = [
+    ("1x1 (reference)", 1, ["run.threads=1"]),
+    ("1x1 rerun (G1)", 1, ["run.threads=1"]),
+    ("1x1, 2 threads", 1, ["run.threads=2"]),
+    ("1x1, microbatch 2", 1, ["run.threads=1", "parallel.microbatch=2"]),
+    ("1x1, microbatch 4", 1, ["run.threads=1", "parallel.microbatch=4"]),
+    ("1x1, scalar ISA path", 1, ["run.threads=1", "run.isa=scalar"]),
+    ("DP=2", 2, ["run.threads=1"]),
+    ("DP=2, microbatch 2", 2, ["run.threads=1", "parallel.microbatch=2"]),
+    ("TP=2", 2, ["run.threads=1", "parallel.tp=2"]),
+    ("TP=2 x DP=2", 4, ["run.threads=1", "parallel.tp=2"]),
+]
+if len(sys.argv) > 5:
+    layouts += [tuple(x) for x in eval(sys.argv[5])]  # extra layouts from ctest
+
+ref = None
+failed = 0
+for i, (name, np, sets) in enumerate(layouts):
+    out = os.path.join(work, f"run{i}")
+    run_train(binary, mpirun, np, out, config, steps + sets)
+    trace = read_trace(out)
+    if ref is None:
+        ref = trace
+        assert len(ref) == 5, f"expected 5 trace lines, got {len(ref)}"
+        print(f"  {name:28s} reference, final digest {ref[-1][-20:-2].decode()}")
+        continue
+    diff = first_difference(ref, trace)
+    if diff is None:
+        print(f"  {name:28s} identical to the reference at every step")
+    else:
+        failed += 1
+        print(f"  {name:28s} DIFFERS: first at step {diff[0]}, {diff[1]}")
+n = len(layouts) - 1
+print(f"{n - failed} passed, {failed} failed")
+sys.exit(1 if failed else 0)
