@@ -20,6 +20,7 @@
 #include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
 #include "parallel/dp_grad.hpp"
+#include "parallel/zero.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
@@ -71,6 +72,124 @@ struct FlatLayout {
       for (std::size_t t = 0; t < g[p].size(); ++t)
         std::copy_n(g[p][t].data<float>(), g[p][t].numel(), flat + offset[p][t]);
   }
+};
+
+
+// One slice of optimizer work: the elements of one parameter this rank updates.
+struct UpdateSlice {
+  float* param;
+  float* grad;
+  float* m;
+  float* v;
+  std::int64_t n;
+  bool decay;          // weight decay (2-D weights)
+  bool count_in_norm;  // counted by this rank in the global norm (replicas count once)
+};
+
+// Gradient synchronisation and optimizer state for one rank: microbatch subtrees ->
+// canonical DP reduction (allreduce, or ZeRO-1 reduce-scatter) -> terms combined -> the
+// update slices (whole local parameters, or this DP rank's segments under ZeRO) -> after
+// AdamW, ZeRO allgathers the parameters. Both paths give identical bits (parallel/zero.hpp).
+class GradSync {
+ public:
+  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
+      : model_(model), grid_(grid), zero_(zero),
+        layout_(model.grads()),
+        part_(numels(model), term_counts(model), grid.dp_size(), grid.dp_rank()),
+        reducer_(zero ? part_.grad_block() * grid.dp_size() : layout_.total, mode) {
+    const ParamTable& table = model.table();
+    auto& params = model.params();
+    flat_.resize(static_cast<std::size_t>(zero ? part_.grad_block() * grid.dp_size() : layout_.total));
+    reduced_.resize(static_cast<std::size_t>(zero ? part_.grad_block() : layout_.total));
+    for (std::size_t p = 0; p < params.size(); ++p) {
+      const std::int64_t n = zero ? part_.owned(p) : params[p].numel();
+      const std::int64_t first = zero ? part_.first(p) : 0;
+      grad_.emplace_back(static_cast<std::size_t>(zero ? part_.segment(p) : n));
+      m_.emplace_back(static_cast<std::size_t>(n));
+      v_.emplace_back(static_cast<std::size_t>(n));
+      const bool counted = table[p].partition_dim >= 0 || grid.tp_rank() == 0;
+      slices_.push_back({params[p].data<float>() + first, grad_.back().data(), m_.back().data(),
+                         v_.back().data(), n, table[p].weight_decay, counted});
+    }
+    if (zero) {
+      param_block_.resize(static_cast<std::size_t>(part_.param_block()));
+      all_params_.resize(static_cast<std::size_t>(part_.param_block() * grid.dp_size()));
+    }
+  }
+
+  void begin_step() { reducer_.reset(); }
+
+  void push_microbatch() {
+    const GradTerms& g = model_.grads();
+    if (zero_) {
+      std::vector<std::vector<const float*>> ptrs;
+      for (const auto& terms : g) {
+        ptrs.emplace_back();
+        for (const auto& t : terms) ptrs.back().push_back(t.data<float>());
+      }
+      part_.pack_grads(ptrs, flat_.data());
+    } else {
+      layout_.gather(g, flat_.data());
+    }
+    reducer_.push_microbatch(flat_.data());
+  }
+
+  void reduce() {
+    if (zero_) reducer_.reduce_scatter(grid_.dp_comm(), reduced_);
+    else reducer_.allreduce(grid_.dp_comm(), reduced_);
+    for (std::size_t p = 0; p < slices_.size(); ++p) {
+      std::vector<const float*> terms;
+      const int nt = static_cast<int>(layout_.offset[p].size());
+      for (int t = 0; t < nt; ++t)
+        terms.push_back(reduced_.data() + (zero_ ? part_.grad_offset(p, t) : layout_.offset[p][t]));
+      combine_grad_terms(terms, slices_[p].n, slices_[p].grad);
+    }
+  }
+
+  // Exact global norm: squares summed exactly over this rank's slices, then over DP (ZeRO
+  // segments) and TP (shards) with integer additions: the same bits on every layout.
+  float grad_norm() const {
+    SquareSumAccumulator sq;
+    for (const auto& sl : slices_)
+      if (sl.count_in_norm) sq.add(std::span<const float>(sl.grad, sl.n));
+    if (zero_) allreduce_square_sum(grid_.dp_comm(), sq);
+    allreduce_square_sum(grid_.tp_comm(), sq);
+    return sq.norm();
+  }
+
+  std::vector<UpdateSlice>& slices() { return slices_; }
+
+  void publish_params() {
+    if (!zero_) return;
+    std::vector<const float*> src;
+    std::vector<float*> dst;
+    for (auto& p : model_.params()) src.push_back(p.data<float>()), dst.push_back(p.data<float>());
+    part_.pack_params(src, param_block_.data());
+    allgather(grid_.dp_comm(), param_block_, all_params_);
+    part_.unpack_params(all_params_.data(), dst);
+  }
+
+ private:
+  static std::vector<std::int64_t> numels(Gpt& m) {
+    std::vector<std::int64_t> n;
+    for (const auto& p : m.params()) n.push_back(p.numel());
+    return n;
+  }
+  static std::vector<int> term_counts(Gpt& m) {
+    std::vector<int> t;
+    for (const auto& terms : m.grads()) t.push_back(static_cast<int>(terms.size()));
+    return t;
+  }
+
+  Gpt& model_;
+  const Grid& grid_;
+  bool zero_;
+  FlatLayout layout_;
+  ZeroPartition part_;
+  GradReducer reducer_;
+  std::vector<float> flat_, reduced_, param_block_, all_params_;
+  std::vector<std::vector<float>> grad_, m_, v_;
+  std::vector<UpdateSlice> slices_;
 };
 
 struct RunFiles {
@@ -135,16 +254,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
   model.init(static_cast<std::uint64_t>(cfg.run.seed));
   const ParamTable& table = model.table();
   std::vector<Tensor>& params = model.params();
-  std::vector<Tensor> grad, adam_m, adam_v;
-  for (const auto& p : params) {
-    grad.push_back(Tensor::zeros(DType::f32, p.shape(), p.name()));
-    adam_m.push_back(Tensor::zeros(DType::f32, p.shape(), p.name()));
-    adam_v.push_back(Tensor::zeros(DType::f32, p.shape(), p.name()));
-  }
-  const FlatLayout layout(model.grads());
-  std::vector<float> flat(static_cast<std::size_t>(layout.total));
-  std::vector<float> reduced(static_cast<std::size_t>(layout.total));
-  GradReducer reducer(layout.total, mode);
+  GradSync sync(model, grid, mode, cfg.parallel.zero);
 
   AdamWConfig acfg;
   acfg.beta1 = cfg.optim.beta1;
@@ -191,49 +301,34 @@ int train(const config::Config& cfg_in, Context& mpi) {
   float last_loss = 0;
   for (std::int64_t step = 1; step <= cfg.run.steps; ++step) {
     const auto t0 = Clock::now();
-    reducer.reset();
+    sync.begin_step();
     BinaryCounter loss_counter(1);
     for (std::int64_t m = 0; m < n_mb; ++m) {
       sampler.fill_microbatch(dataset, dp, dp_rank, mb, m, tokens.data(), labels.data());
       for (std::int64_t j = 0; j < mb; ++j) seq_ids[j] = dp_rank * per_rank + m * mb + j;
       const float loss_sum = model.forward_backward(tokens.data(), labels.data(), seq_ids.data(),
                                                     mb, step, loss_scale);
-      layout.gather(model.grads(), flat.data());
-      reducer.push_microbatch(flat.data());
+      sync.push_microbatch();
       loss_counter.push(&loss_sum);
     }
-    reducer.allreduce(grid.dp_comm(), reduced);
     float loss_sum = 0;
     loss_counter.result(&loss_sum);
     allreduce_sum(mode, grid.dp_comm(), std::span<float>(&loss_sum, 1));
     const float loss = loss_sum / static_cast<float>(G * ctx);
 
-    // Gradient terms -> one gradient per parameter (table order, after full reduction).
-    SquareSumAccumulator sq;
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      std::vector<const float*> terms;
-      for (auto off : layout.offset[p]) terms.push_back(reduced.data() + off);
-      combine_grad_terms(terms, grad[p].numel(), grad[p].data<float>());
-      // Replicated tensors are counted once (TP rank 0); shards once each.
-      if (table[p].partition_dim >= 0 || grid.tp_rank() == 0)
-        sq.add(std::span<const float>(grad[p].data<float>(), grad[p].numel()));
-    }
-    allreduce_square_sum(grid.tp_comm(), sq);
-    const float grad_norm = sq.norm();
+    sync.reduce();  // canonical DP reduction, terms combined: this rank's update slices
+    const float grad_norm = sync.grad_norm();
     if (cfg.optim.clip > 0) {
       const ClipResult clip = clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip));
       if (clip.clipped)
-        for (auto& g : grad) apply_clip(clip, std::span<float>(g.data<float>(), g.numel()));
+        for (auto& sl : sync.slices()) apply_clip(clip, std::span<float>(sl.grad, sl.n));
     }
     const float lr = lr_at(scfg, step);
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const auto n = params[p].numel();
-      adamw_step(kctx, AdamWHyper::at(acfg, lr, step, table[p].weight_decay),
-                 std::span<float>(params[p].data<float>(), n),
-                 std::span<const float>(grad[p].data<float>(), n),
-                 std::span<float>(adam_m[p].data<float>(), n),
-                 std::span<float>(adam_v[p].data<float>(), n));
-    }
+    for (auto& sl : sync.slices())
+      adamw_step(kctx, AdamWHyper::at(acfg, lr, step, sl.decay), std::span<float>(sl.param, sl.n),
+                 std::span<const float>(sl.grad, sl.n), std::span<float>(sl.m, sl.n),
+                 std::span<float>(sl.v, sl.n));
+    sync.publish_params();  // ZeRO: allgather the updated parameters
     sampler.advance();
 
     // Layout-invariant fingerprints: shards sum over TP; replicated tensors count once.

@@ -24,6 +24,9 @@ layouts = [
     ("DP=2, microbatch 2", 2, ["run.threads=1", "parallel.microbatch=2"]),
     ("TP=2", 2, ["run.threads=1", "parallel.tp=2"]),
     ("TP=2 x DP=2", 4, ["run.threads=1", "parallel.tp=2"]),
+    ("DP=2, ZeRO-1", 2, ["run.threads=1", "parallel.zero=true"]),
+    ("TP=2 x DP=2, ZeRO-1", 4, ["run.threads=1", "parallel.tp=2", "parallel.zero=true"]),
+    ("DP=4, ZeRO-1, microbatch 2", 4, ["run.threads=1", "parallel.zero=true", "parallel.microbatch=2"]),
 ]
 if len(sys.argv) > 5:
     layouts += [tuple(x) for x in eval(sys.argv[5])]  # extra layouts from ctest
