@@ -55,7 +55,8 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
     need(G % (dp * mb) == 0, "data.global_batch = " + str(G) + " is not divisible by dp x microbatch = " +
                                  str(dp) + " x " + str(mb) + "; choose a multiple of " + str(dp * mb));
   const auto& o = c.optim;
-  need(o.lr >= 0 && o.min_lr >= 0, "optim.lr and optim.min_lr must be >= 0");
+  need(o.lr >= 0 && o.min_lr >= 0 && o.min_lr <= o.lr,
+       "optim.lr and optim.min_lr must satisfy 0 <= min_lr <= lr");
   need(o.warmup >= 0, "optim.warmup must be >= 0");
   need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "optim.beta1 and optim.beta2 must be in [0, 1)");
   need(o.eps > 0, "optim.eps must be > 0");

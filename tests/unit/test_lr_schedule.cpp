@@ -108,8 +108,9 @@ TEST_CASE("agrees with Megatron's math.cos formula rounded to float") {
 TEST_CASE("bad schedule configs are rejected with the field named") {
   CHECK_THROWS_AS(lr_at(LrScheduleConfig{1e-4, 1e-3, 0, 10, LrSchedule::cosine}, 1),
                   lockstep::Error);  // min_lr > lr
-  CHECK_THROWS_AS(lr_at(LrScheduleConfig{1e-3, 0.0, 20, 10, LrSchedule::cosine}, 1),
-                  lockstep::Error);  // total < warmup
+  // A run shorter than its warmup stays on the ramp (allowed for smoke tests).
+  CHECK(lr_at(LrScheduleConfig{1e-3, 0.0, 20, 10, LrSchedule::cosine}, 10) ==
+        static_cast<float>(1e-3 * 10.0 / 20.0));
   CHECK_THROWS_AS(lr_at(LrScheduleConfig{1e-3, 0.0, 0, 10, LrSchedule::cosine}, -1),
                   lockstep::Error);
   CHECK(parse_lr_schedule("cosine") == LrSchedule::cosine);
