@@ -67,6 +67,14 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   need(c.numerics.reduce_block >= 1, "numerics.reduce_block must be >= 1");
   need(c.ckpt.interval >= 0 && c.ckpt.keep >= 0, "ckpt.interval and ckpt.keep must be >= 0");
   need(c.verify.replica_check_interval >= 0, "verify.replica_check_interval must be >= 0");
+  // Keys of features that have not landed yet are reserved: a non-default value is refused
+  // rather than silently ignored.
+  const std::string later = " is not implemented yet (reserved for ";
+  need(c.run.resume == "none", "run.resume = '" + c.run.resume + "'" + later + "the checkpoint issue); leave it 'none'");
+  need(c.ckpt.interval == 0 && c.ckpt.keep == 0, "ckpt.interval / ckpt.keep" + later + "the checkpoint issue)");
+  need(c.verify.hash == "lockstep", "verify.hash = '" + c.verify.hash + "'" + later + "the verify issue)");
+  need(c.verify.ops.empty(), "verify.ops" + later + "the verify issue)");
+  need(c.debug.perturb.empty() && c.debug.bitflip.empty(), "debug.perturb / debug.bitflip" + later + "the verify issue)");
   return p;
 }
 

@@ -138,3 +138,15 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
   c.run.determinism = "fast";
   REQUIRE_FALSE(holds(c, 1, "G1"));
 }
+
+TEST_CASE("keys of features not implemented yet are refused, not ignored") {
+  for (const char* set : {"run.resume=auto", "ckpt.interval=10", "verify.ops=1-2",
+                          "debug.perturb=layers.0.mlp.fc1.fwd", "verify.hash=torch-xor"}) {
+    Config c = tiny();
+    apply_override(c, set);
+    INFO(set);
+    const auto problems = config_problems(c, 1);
+    REQUIRE(problems.size() == 1);
+    REQUIRE(problems[0].find("not implemented yet") != std::string::npos);
+  }
+}
