@@ -23,6 +23,7 @@
 
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
+#include "runtime/openblas_env.hpp"
 #include "runtime/isa.hpp"
 
 using namespace lockstep;
@@ -74,24 +75,15 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-std::string openblas_core() {
-  const std::string info = gemm_vendor_info();
-  const auto at = info.find("; core ");
-  if (at == std::string::npos) return "?";
-  const auto end = info.find(';', at + 7);
-  return info.substr(at + 7, end == std::string::npos ? end : end - at - 7);
-}
-
 void maybe_reexec(char** argv, int max_threads) {
   if (std::getenv("LOCKSTEP_BENCH_GEMM_CHILD")) return;
   setenv("LOCKSTEP_BENCH_GEMM_CHILD", "1", 1);
-  // OpenBLAS 0.3.21 does not know every AVX-512 CPU model (e.g. recent Xeons under KVM) and
-  // then falls back to SSE3 "Prescott" kernels at ~1/8 speed. Pin its AVX-512 kernels.
-  std::string core = openblas_core();
-  for (auto& ch : core) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-  if (!std::getenv("OPENBLAS_CORETYPE") && isa_supported(Isa::avx512) && core != "skylakex" &&
-      core != "cooperlake" && core != "sapphirerapids")
-    setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  // Pin OpenBLAS's AVX-512 kernels where it misdetects this CPU (runtime/openblas_env.hpp).
+  if (!std::getenv("OPENBLAS_CORETYPE") && isa_supported(Isa::avx512)) {
+    const std::string core = openblas_core_name();
+    if (core != "skylakex" && core != "cooperlake" && core != "sapphirerapids")
+      setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
+  }
   if (!std::getenv("OPENBLAS_THREAD_TIMEOUT")) setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
   if (!std::getenv("OPENBLAS_NUM_THREADS"))
     setenv("OPENBLAS_NUM_THREADS", std::to_string(max_threads).c_str(), 1);
@@ -138,7 +130,7 @@ int main(int argc, char** argv) {
     std::vector<GemmImpl> impls;
     for (const auto& s : split(impls_s)) impls.push_back(parse_gemm_impl(s));
     const Isa isa = parse_isa(isa_s);
-    const std::string core = openblas_core();
+    const std::string core = openblas_core_name();
     const bool cpu = clock_s == "cpu";
     GemmTuning tun = gemm_tuning();
     if (kc > 0) tun.kc_target = kc;

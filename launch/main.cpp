@@ -7,8 +7,10 @@
 #include <string>
 
 #include "launch/commands.hpp"
+#include "runtime/openblas_env.hpp"
 
 int main(int argc, char** argv) {
+  lockstep::pin_openblas_kernels(argv);  // before MPI: fast mode gets OpenBLAS's AVX-512 kernels
   CLI::App app{"lockstep: bitwise-reproducible distributed training (see README.md)", "lockstep"};
   app.require_subcommand(1);
   std::map<std::string, lockstep::cli::Runner> runners;
