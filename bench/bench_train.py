@@ -1,0 +1,283 @@
+#!/usr/bin/python3
+"""bench_train: steady-state training throughput and determinism tax of bench-small.
+
+Runs, interleaved (round r runs every configuration once, in an order rotated by r, so
+all configurations see the same machine noise), --reps rounds of:
+  lockstep {invariant, deterministic, fast} at np 1 x 2 threads and np 2 x 1 thread
+  PyTorch (bench/torch_gpt.py, DDP over gloo for np 2) at np 2 x 1 thread and np 1 x 2
+plus the FMA peak (bench_fma_peak, 2 threads) once per round. Builds nothing.
+
+Per configuration: median ms/step over the steady-state steps of all its runs (the first
+--warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
+(2 threads; the highest median seen over the rounds), and for lockstep the determinism tax
+= ms(mode) / ms(fast) - 1 at the same layout.
+
+Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the parameters in
+matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
+(L 4, T 256, d 256, ffn 1024, vocab 256): N_matmul = 3,211,264 and 22,413,312 FLOPs/token.
+
+Prints one JSON line per run and per configuration, then a markdown table; --out FILE
+writes {"meta", "peak", "runs", "configs"} as JSON.
+
+Example (about 5 minutes on a quiet 2-core machine):
+  /usr/bin/python3 bench/bench_train.py --lockstep build-bench/bin/lockstep \
+      --steps 10 --warmup 2 --reps 3 --out bench-train.json
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+MODEL = dict(vocab=256, context=256, layers=4, d_model=256, heads=8, ffn=1024)
+GLOBAL_BATCH = 16
+
+
+def flops_per_token(m=MODEL):
+    n_matmul = m["layers"] * (4 * m["d_model"] ** 2 + 2 * m["d_model"] * m["ffn"]) \
+        + m["vocab"] * m["d_model"]
+    return 6 * n_matmul + 12 * m["layers"] * m["context"] * m["d_model"], n_matmul
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--lockstep", required=True, help="the lockstep binary (build-bench/bin/lockstep)")
+    p.add_argument("--fma-peak", default=None,
+                   help="bench_fma_peak binary (default: next to --lockstep)")
+    p.add_argument("--config", default=str(REPO / "launch/configs/bench-small.toml"))
+    p.add_argument("--steps", type=int, default=10, help="steps per run, warm-up included")
+    p.add_argument("--warmup", type=int, default=2, help="steps skipped at the start of each run")
+    p.add_argument("--reps", type=int, default=3, help="rounds (runs per configuration)")
+    p.add_argument("--microbatch", type=int, default=0,
+                   help="sequences per forward/backward per rank, lockstep and torch "
+                        "(0: the whole per-rank batch, 16 at np 1 and 8 at np 2)")
+    p.add_argument("--bind", choices=["none", "core"], default="none",
+                   help="np 2 x 1 thread mpirun binding, used for lockstep and torch alike: "
+                        "none (--bind-to none) or core (--bind-to core --map-by slot:PE=1)")
+    p.add_argument("--modes", default="invariant,deterministic,fast")
+    p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    p.add_argument("--python", default="/usr/bin/python3", help="python with Debian's torch")
+    p.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
+    p.add_argument("--out", default=None, help="write the results as JSON here")
+    p.add_argument("--keep", action="store_true", help="keep the temp run directories")
+    a = p.parse_args()
+    if a.steps <= a.warmup:
+        p.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
+    if a.reps < 1:
+        p.error("--reps must be >= 1")
+    return a
+
+
+def mpirun_prefix(np_, threads, bind):
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
+    if np_ > 1 and bind == "core":
+        cmd += ["--bind-to", "core", "--map-by", f"slot:PE={threads}"]
+    else:
+        cmd += ["--bind-to", "none"]
+    for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        cmd += ["-x", f"{var}={threads}"]
+    return cmd
+
+
+def thread_env(threads):
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(threads)
+    env["OPENBLAS_NUM_THREADS"] = str(threads)
+    env.pop("OMP_PROC_BIND", None)  # NOTES.md: spread halves 2-thread OpenBLAS
+    return env
+
+
+def run_cmd(cmd, env, timeout):
+    t0 = time.time()
+    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    return p.returncode, p.stdout, time.time() - t0
+
+
+class Failure(Exception):
+    pass
+
+
+def run_lockstep(a, cfg, tmp, tag):
+    out = Path(tmp) / tag
+    mb = a.microbatch or GLOBAL_BATCH // cfg["np"]
+    cmd = []
+    if cfg["np"] > 1:
+        cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
+    cmd += [a.lockstep, "train", a.config,
+            "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
+            "--set", f"run.threads={cfg['threads']}", "--set", f"run.determinism={cfg['mode']}",
+            "--set", f"parallel.microbatch={mb}"]
+    rc, text, wall = run_cmd(cmd, thread_env(cfg["threads"]), a.timeout)
+    if rc != 0:
+        raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
+    rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
+    if len(rows) != a.steps:
+        raise Failure(f"{tag}: {len(rows)} metrics rows, expected {a.steps}")
+    g = re.search(r"guarantees:\s*(.*)", text)
+    steady = [r["ms"] for r in rows[a.warmup:]]
+    return {"step_ms": steady, "loss_last": rows[-1]["loss"], "wall_s": round(wall, 2),
+            "guarantees": g.group(1).strip() if g else None, "microbatch": mb}
+
+
+def run_torch(a, cfg, tmp, tag, peak):
+    mb = a.microbatch or GLOBAL_BATCH // cfg["np"]
+    cmd = []
+    if cfg["np"] > 1:
+        cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
+    init = f"file://{Path(tmp) / (tag + '.init')}"
+    cmd += [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
+            "--steps", str(a.steps - a.warmup), "--warmup", str(a.warmup),
+            "--microbatch", str(mb), "--init", init, "--step-times",
+            "--peak-gflops", f"{peak:.3f}"]
+    rc, text, wall = run_cmd(cmd, thread_env(cfg["threads"]), a.timeout)
+    line = next((l for l in text.splitlines() if l.startswith('{"impl": "pytorch"')), None)
+    if rc != 0 or line is None:
+        raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
+    j = json.loads(line)
+    return {"step_ms": j["step_ms"], "loss_last": j["loss_last"], "wall_s": round(wall, 2),
+            "guarantees": None, "microbatch": mb}
+
+
+def run_peak(a):
+    cmd = [a.fma_peak, "--threads", "1,2", "--reps", "5", "--min-time", "0.2"]
+    rc, text, _ = run_cmd(cmd, dict(os.environ), 120)
+    if rc != 0:
+        raise Failure(f"bench_fma_peak: exit {rc}\n{text[-2000:]}")
+    return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
+
+
+def config_name(c):
+    return f"{c['impl']}/{c['mode']}/np{c['np']}x{c['threads']}t"
+
+
+def md_table(configs, peak, fpt, n_matmul, meta):
+    lines = []
+    lines.append(f"bench-small, global batch {GLOBAL_BATCH} x {MODEL['context']} tokens; "
+                 f"N_matmul = {n_matmul:,}, {fpt:,} FLOPs/token; "
+                 f"FMA peak (2 threads) = {peak:.1f} GFLOP/s; {meta['reps']} run(s) per "
+                 f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
+    lines.append("")
+    lines.append("| impl | mode | np x threads | mb/rank | ms/step (median) | min–max | tokens/s "
+                 "| GFLOP/s | MFU | tax vs fast | guarantees |")
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for c in configs:
+        tax = "" if c.get("tax") is None else f"{100 * c['tax']:+.1f}%"
+        lines.append(
+            f"| {c['impl']} | {c['mode']} | {c['np']} x {c['threads']} | {c['microbatch']} "
+            f"| {c['ms_median']:.1f} | {c['ms_min']:.0f}–{c['ms_max']:.0f} "
+            f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% | {tax} "
+            f"| {c.get('guarantees') or ''} |")
+    return "\n".join(lines)
+
+
+def main():
+    a = parse_args()
+    a.lockstep = str(Path(a.lockstep).resolve())
+    if not os.access(a.lockstep, os.X_OK):
+        sys.exit(f"bench_train: {a.lockstep} is not an executable; build it first "
+                 f"(cmake --build build-bench)")
+    a.fma_peak = str(Path(a.fma_peak).resolve()) if a.fma_peak else \
+        str(Path(a.lockstep).parent / "bench_fma_peak")
+    if not os.access(a.fma_peak, os.X_OK):
+        sys.exit(f"bench_train: {a.fma_peak} is not an executable; build the bench_fma_peak "
+                 f"target or pass --fma-peak")
+    if shutil.which("mpirun") is None:
+        sys.exit("bench_train: mpirun not found; install openmpi-bin")
+
+    modes = [m for m in a.modes.split(",") if m]
+    configs = []
+    for np_, th in ((1, 2), (2, 1)):
+        for m in modes:
+            configs.append({"impl": "lockstep", "mode": m, "np": np_, "threads": th})
+    if not a.no_torch:
+        configs.append({"impl": "pytorch", "mode": "-", "np": 2, "threads": 1})
+        configs.append({"impl": "pytorch", "mode": "-", "np": 1, "threads": 2})
+    fpt, n_matmul = flops_per_token()
+    tokens_per_step = GLOBAL_BATCH * MODEL["context"]
+    meta = {"steps": a.steps, "warmup": a.warmup, "reps": a.reps, "bind": a.bind,
+            "microbatch": a.microbatch, "lockstep": a.lockstep, "config": a.config,
+            "flops_per_token": fpt, "n_matmul": n_matmul, "tokens_per_step": tokens_per_step,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg_start": os.getloadavg()}
+    print(json.dumps({"bench": "train_meta", **meta}), flush=True)
+
+    runs, peaks = [], []
+    tmp = tempfile.mkdtemp(prefix="bench-train-")
+    t_start = time.time()
+    try:
+        for r in range(a.reps):
+            for p in run_peak(a):
+                p["round"] = r
+                peaks.append(p)
+                print(json.dumps(p), flush=True)
+            k = r % len(configs)
+            order = configs[k:] + configs[:k]  # rotate so no config always runs first
+            for c in order:
+                tag = f"{c['impl']}-{c['mode']}-np{c['np']}x{c['threads']}-r{r}"
+                peak_now = max((p["gflops"] for p in peaks if p["threads"] == 2), default=234.0)
+                res = run_lockstep(a, c, tmp, tag) if c["impl"] == "lockstep" else \
+                    run_torch(a, c, tmp, tag, peak_now)
+                rec = {"bench": "train_run", "config": config_name(c), "round": r, **c, **res,
+                       "ms_median": statistics.median(res["step_ms"])}
+                runs.append(rec)
+                print(json.dumps(rec), flush=True)
+    except (Failure, subprocess.TimeoutExpired) as e:
+        print(f"bench_train: a run failed: {e}", file=sys.stderr)
+        sys.exit(1)
+    finally:
+        if not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"bench_train: run directories kept in {tmp}", file=sys.stderr)
+
+    peak2 = [p["gflops"] for p in peaks if p["threads"] == 2]
+    peak1 = [p["gflops"] for p in peaks if p["threads"] == 1]
+    peak = max(peak2)
+    summary = []
+    for c in configs:
+        rs = [x for x in runs if x["config"] == config_name(c)]
+        ms = [t for x in rs for t in x["step_ms"]]
+        med = statistics.median(ms)
+        tps = tokens_per_step / (med / 1e3)
+        gfl = tps * fpt / 1e9
+        s = {"bench": "train_config", "config": config_name(c), **c,
+             "microbatch": rs[0]["microbatch"], "runs": len(rs), "steps_timed": len(ms),
+             "ms_median": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
+             "ms_run_medians": [round(x["ms_median"], 2) for x in rs],
+             "tokens_per_s": round(tps, 1), "gflops": round(gfl, 2), "mfu": round(gfl / peak, 4),
+             "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"], "tax": None}
+        summary.append(s)
+    for s in summary:
+        if s["impl"] != "lockstep":
+            continue
+        fast = next((f for f in summary if f["impl"] == "lockstep" and f["mode"] == "fast"
+                     and f["np"] == s["np"] and f["threads"] == s["threads"]), None)
+        if fast:
+            s["tax"] = round(s["ms_median"] / fast["ms_median"] - 1, 4)
+    for s in summary:
+        print(json.dumps(s), flush=True)
+    peak_rec = {"threads2_max": peak, "threads2_all": peak2, "threads1_all": peak1,
+                "isa": peaks[0].get("isa")}
+    meta["elapsed_s"] = round(time.time() - t_start, 1)
+    meta["loadavg_end"] = os.getloadavg()
+    print()
+    print(md_table(summary, peak, fpt, n_matmul, meta))
+    print(f"\nelapsed {meta['elapsed_s']} s; load average {meta['loadavg_start'][0]:.1f} at "
+          f"start, {meta['loadavg_end'][0]:.1f} at end (2 cores: above ~2 means a shared, "
+          f"noisy machine)")
+    if a.out:
+        Path(a.out).write_text(json.dumps(
+            {"meta": meta, "peak": peak_rec, "runs": runs, "configs": summary}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
