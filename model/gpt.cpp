@@ -3,10 +3,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <span>
 #include <string>
 
+#include "model/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
@@ -26,7 +29,9 @@ void ensure(Buf& b, std::int64_t n) {
 void ensure(Mask& b, std::int64_t n) {
   if (static_cast<std::int64_t>(b.size()) != n) b.assign(static_cast<std::size_t>(n), 0);
 }
-std::span<float> sp(Buf& b) { return std::span<float>(b.data(), b.size()); }
+std::span<float> sp(Buf& b) {
+  return std::span<float>(b.data(), b.size());
+}
 
 struct LayerIdx {
   int ln1w, ln1b, q, qb, k, kb, v, vb, proj, projb, ln2w, ln2b, fc1, fc1b, fc2, fc2b;
@@ -35,6 +40,146 @@ struct LayerIdx {
 struct LayerActs {
   Buf xhat1, rstd1, a1, q, k, v, probs, probs_d, o, xhat2, rstd2, a2, u, g;
   Mask keep_attn, keep_proj, keep_fc2;
+};
+
+// ---- causal attention GEMMs ---------------------------------------------------------------
+// The attention GEMMs of one (sequence, head) run on causal blocks only, with the bits of the
+// full-size GEMMs of the definition (gpt.hpp):
+//  * S = Q K^T and dP = dO V^T reduce over head_dim, so computing only the columns [0, r1) of
+//    the query rows [r0, r1) changes nothing (a GEMM's bits do not depend on N).
+//  * O = P V and dQ = dS K reduce over keys, and the masked terms (j > i) are (+0.0) * x. Query
+//    rows [r0, r1) (r1 a multiple of B or C) take the key prefix [0, r1): whole key blocks past
+//    r1 are omitted. dV = P^T dO and dK = dS^T Q reduce over queries; key rows [j0, j1) omit the
+//    leading whole query blocks [0, j0) and evaluate the remaining blocks as the canonical tree
+//    over all blocks with the omitted leaves removed (the aligned subtrees it consists of are
+//    GEMMs, combined left + right).
+//  Proof of equality: with x finite, an omitted leaf (or chain tail) is +-0.0, and adding a
+//  zero is exact unless the other side is also zero; removing the zero leaves of the tree
+//  leaves the tree of the remaining leaves. So the result with omissions equals the full
+//  result bit for bit except possibly in the sign of a zero result (when x is finite). Hence:
+//  if x (the operand multiplied by the masked +0.0) has a non-finite value the full GEMM runs;
+//  every output row containing a zero is recomputed by the full-K GEMM of that row (rows are
+//  independent of M). deterministic mode (one chain over K) uses the same prefix / suffix GEMMs
+//  and fix-ups (a chain's omitted terms are +-0.0 too). fast mode skips checks and fix-ups.
+class CausalGemms {
+ public:
+  CausalGemms(const TpContext& tp, std::int64_t C, int B)
+      : tp_(tp),
+        C_(C),
+        B_(B),
+        exact_(tp.mode() != Determinism::fast),
+        tree_(tp.mode() == Determinism::invariant) {
+    rows_ = B_;
+    while (rows_ < 64) rows_ += B_;
+    if (rows_ >= C_) rows_ = C_;
+  }
+  // Query-row block size (a multiple of B, or C).
+  std::int64_t rows() const { return rows_; }
+
+  // S[r0:r1, 0:r1) = Q[r0:r1] K^T per row block (ld of S is C).
+  void nt(std::int64_t hd, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
+          float* S) const {
+    for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
+      const std::int64_t r1 = std::min(C_, r0 + rows_);
+      tp_.gemm(Trans::N, Trans::T, r1 - r0, r1, hd, Q + r0 * ldq, ldq, K, ldk, S + r0 * C_, C_,
+               true);
+    }
+  }
+
+  // Y[C, n] = A X, A [C, C] (lda) with A[i, j] = +0.0 for j > i, X [C, n] (ldx).
+  void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
+              float* Y, std::int64_t ldy) const {
+    if (exact_ && !finite(X, n, ldx)) {
+      tp_.gemm(Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
+      return;
+    }
+    for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
+      const std::int64_t r1 = std::min(C_, r0 + rows_);
+      tp_.gemm(Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx, Y + r0 * ldy, ldy,
+               true);
+      if (!exact_ || r1 == C_) continue;
+      for (std::int64_t i = r0; i < r1; ++i)
+        if (has_zero(Y + i * ldy, n))
+          tp_.gemm(Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy, ldy, true);
+    }
+  }
+
+  // Y[C, n] = A^T X, A [C, C] (lda) with A[i, j] = +0.0 for i < j, X [C, n] (ldx).
+  // scratch: at least 8 * rows() * n floats.
+  void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
+              float* Y, std::int64_t ldy, float* scratch) const {
+    const bool full = exact_ && !finite(X, n, ldx);
+    for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
+      const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
+      float* y = Y + j0 * ldy;
+      if (full || m == 0) {
+        tp_.gemm(Trans::T, Trans::N, j1 - j0, n, C_, A + j0, lda, X, ldx, y, ldy, true);
+        continue;
+      }
+      if (tree_) {
+        const std::int64_t nb = (C_ + B_ - 1) / B_;
+        Sub s{A + j0, lda, X, ldx, j1 - j0, n, m, scratch};
+        tree(s, 0, nb, y, ldy, 0);
+      } else {
+        const std::int64_t k0 = m * B_;
+        tp_.gemm(Trans::T, Trans::N, j1 - j0, n, C_ - k0, A + k0 * lda + j0, lda, X + k0 * ldx, ldx,
+                 y, ldy, true);
+      }
+      if (!exact_) continue;
+      for (std::int64_t j = j0; j < j1; ++j)
+        if (has_zero(Y + j * ldy, n))
+          tp_.gemm(Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy, true);
+    }
+  }
+
+ private:
+  struct Sub {
+    const float* A;
+    std::int64_t lda;
+    const float* X;
+    std::int64_t ldx, rows, n, m;
+    float* scratch;
+  };
+  // T(lo, hi) over query blocks with the leaves < s.m removed; false if none is left.
+  bool tree(const Sub& s, std::int64_t lo, std::int64_t hi, float* out, std::int64_t ldo,
+            int depth) const {
+    if (hi <= s.m) return false;
+    if (lo >= s.m) {
+      const std::int64_t k0 = lo * B_, k1 = std::min(C_, hi * B_);
+      tp_.gemm(Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda, s.X + k0 * s.ldx,
+               s.ldx, out, ldo, true);
+      return true;
+    }
+    std::int64_t p = 1;
+    while (p * 2 < hi - lo) p *= 2;
+    if (!tree(s, lo, lo + p, out, ldo, depth + 1)) return tree(s, lo + p, hi, out, ldo, depth + 1);
+    float* tmp = s.scratch + static_cast<std::int64_t>(depth) * s.rows * s.n;
+    tree(s, lo + p, hi, tmp, s.n, depth + 1);
+    for (std::int64_t r = 0; r < s.rows; ++r)
+      for (std::int64_t c = 0; c < s.n; ++c) out[r * ldo + c] = out[r * ldo + c] + tmp[r * s.n + c];
+    return true;
+  }
+  bool finite(const float* X, std::int64_t n, std::int64_t ld) const {
+    std::uint32_t bad = 0;
+    for (std::int64_t r = 0; r < C_; ++r)
+      for (std::int64_t c = 0; c < n; ++c) {
+        std::uint32_t u;
+        std::memcpy(&u, X + r * ld + c, 4);
+        bad |= (u & 0x7f800000u) == 0x7f800000u;
+      }
+    return bad == 0;
+  }
+  static bool has_zero(const float* y, std::int64_t n) {
+    bool z = false;
+    for (std::int64_t c = 0; c < n; ++c) z |= y[c] == 0.0f;
+    return z;
+  }
+
+  const TpContext& tp_;
+  std::int64_t C_;
+  std::int64_t B_;
+  bool exact_, tree_;
+  std::int64_t rows_ = 0;
 };
 }  // namespace
 
@@ -54,7 +199,9 @@ struct Gpt::Impl {
 };
 
 Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx)
-    : cfg_(cfg), table_(ParamTable::build(cfg)), tp_(grid, mode, ctx),
+    : cfg_(cfg),
+      table_(ParamTable::build(cfg)),
+      tp_(grid, mode, ctx),
       impl_(std::make_unique<Impl>()) {
   validate_model_config(cfg_, tp_.size());
   for (std::size_t i = 0; i < table_.size(); ++i) {
@@ -80,14 +227,13 @@ Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx c
   impl_->lnfb = idx("final_ln.bias");
   for (std::int64_t l = 0; l < cfg_.layers; ++l) {
     const std::string L = "layers." + std::to_string(l) + ".";
-    impl_->li.push_back(LayerIdx{idx(L + "ln1.weight"), idx(L + "ln1.bias"),
-                                 idx(L + "attn.q.weight"), idx(L + "attn.q.bias"),
-                                 idx(L + "attn.k.weight"), idx(L + "attn.k.bias"),
-                                 idx(L + "attn.v.weight"), idx(L + "attn.v.bias"),
-                                 idx(L + "attn.proj.weight"), idx(L + "attn.proj.bias"),
-                                 idx(L + "ln2.weight"), idx(L + "ln2.bias"),
-                                 idx(L + "mlp.fc1.weight"), idx(L + "mlp.fc1.bias"),
-                                 idx(L + "mlp.fc2.weight"), idx(L + "mlp.fc2.bias")});
+    impl_->li.push_back(
+        LayerIdx{idx(L + "ln1.weight"), idx(L + "ln1.bias"), idx(L + "attn.q.weight"),
+                 idx(L + "attn.q.bias"), idx(L + "attn.k.weight"), idx(L + "attn.k.bias"),
+                 idx(L + "attn.v.weight"), idx(L + "attn.v.bias"), idx(L + "attn.proj.weight"),
+                 idx(L + "attn.proj.bias"), idx(L + "ln2.weight"), idx(L + "ln2.bias"),
+                 idx(L + "mlp.fc1.weight"), idx(L + "mlp.fc1.bias"), idx(L + "mlp.fc2.weight"),
+                 idx(L + "mlp.fc2.bias")});
   }
   impl_->acts.resize(static_cast<std::size_t>(cfg_.layers));
 }
@@ -99,7 +245,9 @@ void Gpt::init(std::uint64_t seed) {
   for (std::size_t i = 0; i < table_.size(); ++i) init_param(table_[i], i, seed, params_[i]);
 }
 
-const std::vector<float>& Gpt::token_losses() const { return impl_->loss_tok; }
+const std::vector<float>& Gpt::token_losses() const {
+  return impl_->loss_tok;
+}
 
 float Gpt::forward_loss(const std::int32_t* tokens, const std::int32_t* labels,
                         const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step,
@@ -182,9 +330,10 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     }
     const std::uint64_t attn_stream = dropout_stream(step, l + 1, kDropAttn);
     const bool drop = m.dropout_on;
+    const CausalGemms cg(tp_, C, B);
 #pragma omp parallel num_threads(ctx.threads)
     {
-      Buf tmp(static_cast<std::size_t>(C));
+      const KernelCtx ctx1 = tp_.kernel1();
 #pragma omp for schedule(static)
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
@@ -192,21 +341,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
         const float* K = A.k.data() + b * C * dl + hh * hd;
         const float* V = A.v.data() + b * C * dl + hh * hd;
         float* S = A.probs.data() + bh * C * C;
-        tp_.gemm(Trans::N, Trans::T, C, C, hd, Q, dl, K, dl, S, C, true);
-        const KernelCtx ctx1 = tp_.kernel1();
-        for (std::int64_t i = 0; i < C; ++i) {
-          float* s = S + i * C;
-          float mx = s[0] * scale;
-          for (std::int64_t j = 0; j <= i; ++j) {
-            s[j] = s[j] * scale;
-            mx = s[j] > mx ? s[j] : mx;
-          }
-          for (std::int64_t j = 0; j <= i; ++j) s[j] = s[j] - mx;
-          math::exp(ctx1, s, s, i + 1);
-          const float sum = csum(s, i + 1, B);
-          for (std::int64_t j = 0; j <= i; ++j) s[j] = s[j] / sum;
-          for (std::int64_t j = i + 1; j < C; ++j) s[j] = 0.0f;
-        }
+        cg.nt(hd, Q, dl, K, dl, S);
+        softmax_causal_rows(tp_.kernel1(), S, C, 0, C, scale);
         const float* Pv = S;
         if (drop) {
           float* Pd = A.probs_d.data() + bh * C * C;
@@ -215,7 +351,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
           for (std::int64_t i = 0; i < C; ++i) {
             const std::int64_t first = ((seq_ids[b] * H + gh) * C + i) * C;
             // Only the causal prefix draws: masked probabilities are +0.0 either way.
-            dropout_keep_row(seed_, attn_stream, first, i + 1, p, keep + i * C, tmp.data());
+            dropout_keep_row(ctx1, seed_, attn_stream, first, i + 1, p, keep + i * C);
             for (std::int64_t j = 0; j <= i; ++j)
               Pd[i * C + j] = keep[i * C + j] ? S[i * C + j] * rs : 0.0f;
             for (std::int64_t j = i + 1; j < C; ++j) {
@@ -226,7 +362,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
           Pv = Pd;
         }
         float* O = A.o.data() + b * C * dl + hh * hd;
-        tp_.gemm(Trans::N, Trans::N, C, hd, C, Pv, C, V, dl, O, dl, true);
+        cg.prefix(hd, Pv, C, V, dl, O, dl);
       }
     }
     // ---- proj (row-parallel) + dropout + residual ----
@@ -319,7 +455,12 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
   ensure(m.dk, T * dl);
   ensure(m.dv, T * dl);
   const int nth = ctx.threads;
-  ensure(m.attn_scratch, static_cast<std::int64_t>(nth) * C * C);
+  const CausalGemms cg(tp_, C, B);
+  // Per thread: dP [C, C] and the suffix tree's partial results.
+  const std::int64_t nblk = (C + B - 1) / B;
+  const std::int64_t per_thread =
+      C * C + (std::bit_width(static_cast<std::uint64_t>(nblk)) + 1) * cg.rows() * hd;
+  ensure(m.attn_scratch, static_cast<std::int64_t>(nth) * per_thread);
 
   for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const LayerIdx& I = m.li[l];
@@ -348,8 +489,8 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
         }
       }
     }
-    column_linear_backward(tp_, A.a2.data(), m.dbig.data(), T, d, P(I.fc1), fl, G(I.fc1),
-                           G(I.fc1b), m.dy.data());
+    column_linear_backward(tp_, A.a2.data(), m.dbig.data(), T, d, P(I.fc1), fl, G(I.fc1), G(I.fc1b),
+                           m.dy.data());
     copy_to_tp_backward(tp_, sp(m.dy));
     layernorm_backward(ctx, m.dy.data(), A.xhat2.data(), A.rstd2.data(), P(I.ln2w), T, d,
                        m.dh.data(), true, G(I.ln2w), G(I.ln2b), m.ln_scratch.data());
@@ -365,7 +506,9 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
     const bool drop = m.dropout_on;
 #pragma omp parallel num_threads(nth)
     {
-      float* dP = m.attn_scratch.data() + static_cast<std::int64_t>(omp_get_thread_num()) * C * C;
+      float* dP =
+          m.attn_scratch.data() + static_cast<std::int64_t>(omp_get_thread_num()) * per_thread;
+      float* tree_tmp = dP + C * C;
 #pragma omp for schedule(static)
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
@@ -376,21 +519,18 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
         const float* dO = m.dsmall.data() + off;
         const float* Pm = A.probs.data() + bh * C * C;
         const float* Pv = drop ? A.probs_d.data() + bh * C * C : Pm;
-        tp_.gemm(Trans::N, Trans::T, C, C, hd, dO, dl, V, dl, dP, C, true);
-        tp_.gemm(Trans::T, Trans::N, C, hd, C, Pv, C, dO, dl, m.dv.data() + off, dl, true);
+        cg.nt(hd, dO, dl, V, dl, dP);
+        cg.suffix(hd, Pv, C, dO, dl, m.dv.data() + off, dl, tree_tmp);
         if (drop) {
-          const std::uint8_t* keep = A.keep_attn.data() + bh * C * C;
-          for (std::int64_t e = 0; e < C * C; ++e) dP[e] = keep[e] ? dP[e] * rs : 0.0f;
+          for (std::int64_t i = 0; i < C; ++i) {
+            const std::uint8_t* keep = A.keep_attn.data() + bh * C * C + i * C;
+            float* g = dP + i * C;
+            for (std::int64_t j = 0; j <= i; ++j) g[j] = keep[j] ? g[j] * rs : 0.0f;
+          }
         }
-        for (std::int64_t i = 0; i < C; ++i) {
-          const float* pr = Pm + i * C;
-          float* g = dP + i * C;
-          const float dot = cdot(pr, g, i + 1, B);
-          for (std::int64_t j = 0; j <= i; ++j) g[j] = (pr[j] * (g[j] - dot)) * scale;
-          for (std::int64_t j = i + 1; j < C; ++j) g[j] = 0.0f;
-        }
-        tp_.gemm(Trans::N, Trans::N, C, hd, C, dP, C, K, dl, m.dq.data() + off, dl, true);
-        tp_.gemm(Trans::T, Trans::N, C, hd, C, dP, C, Q, dl, m.dk.data() + off, dl, true);
+        softmax_backward_rows(tp_.kernel1(), Pm, dP, C, 0, C, scale);
+        cg.prefix(hd, dP, C, K, dl, m.dq.data() + off, dl);
+        cg.suffix(hd, dP, C, Q, dl, m.dk.data() + off, dl, tree_tmp);
       }
     }
     float* pq = m.qkv_part.data();

@@ -20,6 +20,10 @@
 //    Backward: dP = dO V^T; dot_i = cdot over j <= i of P[i,j] dP[i,j];
 //    dS[i,j] = (P[i,j] * (dP[i,j] - dot_i)) * scale for j <= i, +0.0 for j > i;
 //    dQ = dS K, dK = dS^T Q, dV = P^T dO (canonical GEMMs; keys/queries are never split).
+//    Implementation: the six attention GEMMs run on causal blocks only (CausalGemms in
+//    gpt.cpp), with the bits of the full GEMMs above (proof there; rows whose result has a
+//    zero, and operands with Inf/NaN, are recomputed with the full K). The softmax rows are
+//    model/attn_rows.hpp.
 //  - Column-parallel layers that read the same input (q, k, v) return partial input
 //    gradients that are TP-reduced separately (one allreduce of the 3 stacked buffers) and
 //    then combined as (dq_part + dk_part) + dv_part.
@@ -107,8 +111,8 @@ class Gpt {
 
  private:
   struct Impl;
-  float forward(const std::int32_t* tokens, const std::int32_t* labels,
-                const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step, bool train);
+  float forward(const std::int32_t* tokens, const std::int32_t* labels, const std::int64_t* seq_ids,
+                std::int64_t mb, std::int64_t step, bool train);
   void backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale);
 
   ModelConfig cfg_;

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "runtime/csum.hpp"
-#include "runtime/random.hpp"
+#include "runtime/philox_batch.hpp"
 
 namespace lockstep {
 
@@ -85,9 +85,9 @@ void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std
   }
 }
 
-void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat,
-                        const float* rstd, const float* w, std::int64_t T, std::int64_t n,
-                        float* dx_out, bool accumulate, float* dw, float* db, float* scratch) {
+void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,
+                        const float* w, std::int64_t T, std::int64_t n, float* dx_out,
+                        bool accumulate, float* dw, float* db, float* scratch) {
   // Parameter grads first (they read dy and xhat only).
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t t = 0; t < T; ++t)
@@ -99,31 +99,31 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
   const float fn = static_cast<float>(n);
 #pragma omp parallel num_threads(ctx.threads)
   {
-  std::vector<float> gx(static_cast<std::size_t>(kR * n));
+    std::vector<float> gx(static_cast<std::size_t>(kR * n));
 #pragma omp for schedule(static)
-  for (std::int64_t gi = 0; gi < groups; ++gi) {
-    const std::int64_t t0 = gi * kR, rows = std::min<std::int64_t>(kR, T - t0);
-    float s1[kR], s2[kR];
-    float* g = scratch + t0 * n;  // g = dy * w, reusing this group's rows of scratch
-    for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t k = 0; k < n; ++k) {
-        g[r * n + k] = dy[(t0 + r) * n + k] * w[k];
-        gx[r * n + k] = g[r * n + k] * xhat[(t0 + r) * n + k];
-      }
-    csum_each_row(g, rows, n, n, B, s1);
-    csum_each_row(gx.data(), rows, n, n, B, s2);
-    for (std::int64_t r = 0; r < rows; ++r) {
-      const float c1 = s1[r] / fn, c2 = s2[r] / fn, rs = rstd[t0 + r];
-      const float* xh = xhat + (t0 + r) * n;
-      float* o = dx_out + (t0 + r) * n;
-      const float* gr = g + r * n;
-      if (accumulate) {
-        for (std::int64_t k = 0; k < n; ++k) o[k] = o[k] + (gr[k] - (xh[k] * c2 + c1)) * rs;
-      } else {
-        for (std::int64_t k = 0; k < n; ++k) o[k] = (gr[k] - (xh[k] * c2 + c1)) * rs;
+    for (std::int64_t gi = 0; gi < groups; ++gi) {
+      const std::int64_t t0 = gi * kR, rows = std::min<std::int64_t>(kR, T - t0);
+      float s1[kR], s2[kR];
+      float* g = scratch + t0 * n;  // g = dy * w, reusing this group's rows of scratch
+      for (std::int64_t r = 0; r < rows; ++r)
+        for (std::int64_t k = 0; k < n; ++k) {
+          g[r * n + k] = dy[(t0 + r) * n + k] * w[k];
+          gx[r * n + k] = g[r * n + k] * xhat[(t0 + r) * n + k];
+        }
+      csum_each_row(g, rows, n, n, B, s1);
+      csum_each_row(gx.data(), rows, n, n, B, s2);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const float c1 = s1[r] / fn, c2 = s2[r] / fn, rs = rstd[t0 + r];
+        const float* xh = xhat + (t0 + r) * n;
+        float* o = dx_out + (t0 + r) * n;
+        const float* gr = g + r * n;
+        if (accumulate) {
+          for (std::int64_t k = 0; k < n; ++k) o[k] = o[k] + (gr[k] - (xh[k] * c2 + c1)) * rs;
+        } else {
+          for (std::int64_t k = 0; k < n; ++k) o[k] = (gr[k] - (xh[k] * c2 + c1)) * rs;
+        }
       }
     }
-  }
   }
 }
 
@@ -132,23 +132,18 @@ std::uint64_t dropout_stream(std::int64_t step, std::int64_t layer_code, int sit
          (static_cast<std::uint64_t>(layer_code) << 4) | static_cast<std::uint64_t>(site);
 }
 
-void dropout_keep_row(std::uint64_t seed, std::uint64_t stream, std::int64_t first,
-                      std::int64_t n, float p, std::uint8_t* keep, float* tmp) {
-  fill_uniform(seed, stream, first, tmp, n);
-  for (std::int64_t k = 0; k < n; ++k) keep[k] = tmp[k] >= p ? 1 : 0;
+void dropout_keep_row(const KernelCtx& ctx, std::uint64_t seed, std::uint64_t stream,
+                      std::int64_t first, std::int64_t n, float p, std::uint8_t* keep) {
+  dropout_keep_mask(ctx, seed, stream, first, n, p, keep);
 }
 
 void dropout_keep_tokens(const KernelCtx& ctx, std::uint64_t seed, std::uint64_t stream,
                          const std::int64_t* seq_ids, std::int64_t T, std::int64_t context,
                          std::int64_t F, float p, std::uint8_t* keep) {
-#pragma omp parallel num_threads(ctx.threads)
-  {
-    std::vector<float> tmp(static_cast<std::size_t>(F));
-#pragma omp for schedule(static)
-    for (std::int64_t t = 0; t < T; ++t) {
-      const std::int64_t first = (seq_ids[t / context] * context + t % context) * F;
-      dropout_keep_row(seed, stream, first, F, p, keep + t * F, tmp.data());
-    }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (std::int64_t t = 0; t < T; ++t) {
+    const std::int64_t first = (seq_ids[t / context] * context + t % context) * F;
+    dropout_keep_row(ctx, seed, stream, first, F, p, keep + t * F);
   }
 }
 

@@ -28,9 +28,9 @@ void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std
 //   dx = (g - (xhat*c2 + c1)) * rstd.   Parameter grads (over tokens, overwritten):
 //   dw = csum_rows(dy * xhat), db = csum_rows(dy). `scratch` holds T*n floats.
 // If accumulate, dx_out = dx_out + dx (the residual stream), else dx_out = dx.
-void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat,
-                        const float* rstd, const float* w, std::int64_t T, std::int64_t n,
-                        float* dx_out, bool accumulate, float* dw, float* db, float* scratch);
+void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,
+                        const float* w, std::int64_t T, std::int64_t n, float* dx_out,
+                        bool accumulate, float* dw, float* db, float* scratch);
 
 // Dropout randomness (DESIGN.md section 3). Stream from (step, layer code, site):
 //   stream = 2^63 | step << 24 | layer_code << 4 | site
@@ -40,9 +40,10 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
 enum DropoutSite : int { kDropEmbed = 0, kDropAttn = 1, kDropProj = 2, kDropFc2 = 3 };
 std::uint64_t dropout_stream(std::int64_t step, std::int64_t layer_code, int site);
 // keep[k] = uniform_at(seed, stream, first + k) >= p for k in [0, n)  (uniform in [0, 1) with
-// 2^24 levels, runtime/random.hpp). tmp holds n floats.
-void dropout_keep_row(std::uint64_t seed, std::uint64_t stream, std::int64_t first,
-                      std::int64_t n, float p, std::uint8_t* keep, float* tmp);
+// 2^24 levels, runtime/random.hpp), generated in batches by runtime/philox_batch.hpp (same
+// bits on every ISA path). Single thread.
+void dropout_keep_row(const KernelCtx& ctx, std::uint64_t seed, std::uint64_t stream,
+                      std::int64_t first, std::int64_t n, float p, std::uint8_t* keep);
 // Token-site masks for T = mb * context rows of F logical features: the element (token t,
 // feature f) has logical index (seq_ids[t / context] * context + t % context) * F + f.
 void dropout_keep_tokens(const KernelCtx& ctx, std::uint64_t seed, std::uint64_t stream,

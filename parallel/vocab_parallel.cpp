@@ -1,6 +1,7 @@
 #include "parallel/vocab_parallel.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <numeric>
 #include <span>
 #include <string>
@@ -70,6 +71,63 @@ SparseLevel merge(const SparseLevel& L, const SparseLevel& R, std::int64_t width
   }
   return o;
 }
+// The dense form of token_row_grad: every row is present in every leaf (-0.0 where the block
+// does not touch it). Same bits as the sparse form: a chain from -0.0 in token order per
+// touched row, and x + -0.0 == -0.0 + x == x for every x, so merging a present row with an
+// absent (-0.0) one is the sparse copy. Columns are independent, so threads split columns.
+void token_row_grad_dense(const KernelCtx& ctx, const std::int32_t* row_of, std::int64_t T,
+                          const float* dX, std::int64_t width, std::int64_t ld, std::int64_t row_lo,
+                          std::int64_t rows, float* out) {
+  const std::int64_t B = ctx.reduce_block;
+  const std::int64_t nblocks = (T + B - 1) / B;
+  if (nblocks == 0) {
+    std::fill(out, out + rows * width, kAdditiveIdentity);
+    return;
+  }
+  const int levels = std::bit_width(static_cast<std::uint64_t>(nblocks)) + 1;
+  const std::int64_t chunk = 64, nchunks = (width + chunk - 1) / chunk;
+#pragma omp parallel num_threads(ctx.threads)
+  {
+    static thread_local std::vector<float> buf;
+    const std::size_t need = static_cast<std::size_t>((levels + 1) * rows * chunk);
+    if (buf.size() < need) buf.resize(need);
+#pragma omp for schedule(static)
+    for (std::int64_t c = 0; c < nchunks; ++c) {
+      const std::int64_t c0 = c * chunk, w = std::min(chunk, width - c0), lvl = rows * chunk;
+      float* leaf = buf.data();
+      float* stack = leaf + lvl;
+      std::int64_t weight[64];
+      int depth = 0;
+      for (std::int64_t b = 0; b < nblocks; ++b) {
+        std::fill(leaf, leaf + lvl, kAdditiveIdentity);
+        const std::int64_t t1 = std::min(T, (b + 1) * B);
+        for (std::int64_t t = b * B; t < t1; ++t) {
+          const std::int64_t r = row_of[t] - row_lo;
+          if (r < 0 || r >= rows) continue;
+          float* acc = leaf + r * chunk;
+          const float* x = dX + t * ld + c0;
+          for (std::int64_t e = 0; e < w; ++e) acc[e] = acc[e] + x[e];
+        }
+        std::int64_t wt = 1;
+        while (depth > 0 && weight[depth - 1] == wt) {
+          const float* left = stack + (depth - 1) * lvl;
+          for (std::int64_t e = 0; e < lvl; ++e) leaf[e] = left[e] + leaf[e];
+          --depth;
+          wt *= 2;
+        }
+        std::copy(leaf, leaf + lvl, stack + depth * lvl);
+        weight[depth++] = wt;
+      }
+      float* acc = stack + (depth - 1) * lvl;
+      for (int i = depth - 2; i >= 0; --i) {
+        const float* left = stack + i * lvl;
+        for (std::int64_t e = 0; e < lvl; ++e) acc[e] = left[e] + acc[e];
+      }
+      for (std::int64_t r = 0; r < rows; ++r)
+        std::copy(acc + r * chunk, acc + r * chunk + w, out + r * width + c0);
+    }
+  }
+}
 }  // namespace
 
 void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64_t T,
@@ -77,6 +135,8 @@ void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64
                     std::int64_t rows, float* out) {
   const std::int64_t B = ctx.reduce_block;
   const std::int64_t nblocks = (T + B - 1) / B;
+  if (rows * nblocks <= 4 * T)
+    return token_row_grad_dense(ctx, row_of, T, dX, width, ld, row_lo, rows, out);
   // Leaves are built in parallel (each a pure function of its block), merged in order.
   std::vector<SparseLevel> leaves(static_cast<std::size_t>(nblocks));
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)

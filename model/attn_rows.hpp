@@ -1,0 +1,41 @@
+// Row kernels of causal attention (per sequence and head, row-major [C, C] score matrices).
+// Determinism contract (DESIGN.md section 2): each row is computed by a fixed sequence of IEEE
+// basic operations, identical on every ISA path (scalar, AVX2, AVX-512; the result never
+// depends on ctx.isa, on the row range a call covers or on threads, which split calls):
+//
+// softmax_causal_rows, for each row i in [r0, r1) (n = i + 1 keys j <= i):
+//   s[j] = s[j] * scale; m = max_j s[j] (m = s[0], then m = s[j] > m ? s[j] : m);
+//   e[j] = ls_exp(s[j] - m); P[j] = e[j] / csum(e[0..n)); P[j] = +0.0 for j > i.
+//   (The max is found in vector lanes; it can differ from the sequential scan only in the sign
+//   of a zero maximum, and s - (+-0) then differs only when s is a zero, where exp gives 1
+//   either way, so P is the same.)
+// softmax_backward_rows, for each row i (G holds dP, masked entries ignored):
+//   dot = cdot(P[i, 0..n), G[i, 0..n)); G[i, j] = (P[i, j] * (G[i, j] - dot)) * scale for
+//   j <= i, +0.0 for j > i.
+// csum / cdot are runtime/csum.hpp's canonical sums with block ctx.reduce_block; eight rows are
+// reduced together so their chains overlap. ctx.threads is ignored (single thread).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/isa.hpp"
+
+namespace lockstep {
+
+void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
+                         std::int64_t r1, float scale);
+void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
+                           std::int64_t r0, std::int64_t r1, float scale);
+
+namespace attn_detail {
+void softmax_causal_rows_avx2(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
+                              std::int64_t r1, float scale);
+void softmax_backward_rows_avx2(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
+                                std::int64_t r0, std::int64_t r1, float scale);
+void softmax_causal_rows_avx512(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
+                                std::int64_t r1, float scale);
+void softmax_backward_rows_avx512(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
+                                  std::int64_t r0, std::int64_t r1, float scale);
+}  // namespace attn_detail
+
+}  // namespace lockstep
