@@ -132,27 +132,31 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
           std::int64_t K, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
           float* C, std::int64_t ldc) {
   validate(ctx);
-  const std::string dims =
-      "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
-  check(M >= 0 && N >= 0 && K >= 0, "gemm: negative size (" + dims + ")",
-        "pass non-negative M, N, K");
   const std::int64_t min_lda = std::max<std::int64_t>(1, ta == Trans::N ? K : M);
   const std::int64_t min_ldb = std::max<std::int64_t>(1, tb == Trans::N ? N : K);
   const std::int64_t min_ldc = std::max<std::int64_t>(1, N);
-  check(lda >= min_lda,
-        "gemm: lda=" + std::to_string(lda) + " < " + std::to_string(min_lda) + " (" + dims +
-            ", A " + (ta == Trans::N ? "not " : "") + "transposed)",
-        "A is row-major: lda is its row stride, at least K for Trans::N and M for Trans::T");
-  check(ldb >= min_ldb,
-        "gemm: ldb=" + std::to_string(ldb) + " < " + std::to_string(min_ldb) + " (" + dims +
-            ", B " + (tb == Trans::N ? "not " : "") + "transposed)",
-        "B is row-major: ldb is its row stride, at least N for Trans::N and K for Trans::T");
-  check(ldc >= min_ldc, "gemm: ldc=" + std::to_string(ldc) + " < N (" + dims + ")",
-        "C is row-major M x N: ldc is its row stride, at least N");
-  if (M == 0 || N == 0) return;
-  check(C != nullptr, "gemm: C is null (" + dims + ")", "pass the output buffer");
-  check(K == 0 || (A != nullptr && B != nullptr), "gemm: A or B is null (" + dims + ")",
-        "pass both input buffers");
+  const bool empty = M == 0 || N == 0;
+  // Messages are built only on failure: gemm() is called thousands of times per step.
+  if (M < 0 || N < 0 || K < 0 || lda < min_lda || ldb < min_ldb || ldc < min_ldc ||
+      (!empty && (C == nullptr || (K != 0 && (A == nullptr || B == nullptr))))) {
+    const std::string dims =
+        "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
+    check(M >= 0 && N >= 0 && K >= 0, "gemm: negative size (" + dims + ")",
+          "pass non-negative M, N, K");
+    check(lda >= min_lda,
+          "gemm: lda=" + std::to_string(lda) + " < " + std::to_string(min_lda) + " (" + dims +
+              ", A " + (ta == Trans::N ? "not " : "") + "transposed)",
+          "A is row-major: lda is its row stride, at least K for Trans::N and M for Trans::T");
+    check(ldb >= min_ldb,
+          "gemm: ldb=" + std::to_string(ldb) + " < " + std::to_string(min_ldb) + " (" + dims +
+              ", B " + (tb == Trans::N ? "not " : "") + "transposed)",
+          "B is row-major: ldb is its row stride, at least N for Trans::N and K for Trans::T");
+    check(ldc >= min_ldc, "gemm: ldc=" + std::to_string(ldc) + " < N (" + dims + ")",
+          "C is row-major M x N: ldc is its row stride, at least N");
+    check(C != nullptr, "gemm: C is null (" + dims + ")", "pass the output buffer");
+    fail("gemm: A or B is null (" + dims + ")", "pass both input buffers");
+  }
+  if (empty) return;
 
   const gemm_detail::GemmArgs g{
       ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ctx.threads, ctx.reduce_block};
