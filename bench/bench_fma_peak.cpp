@@ -27,25 +27,47 @@ constexpr int kUnroll = 4;  // LS_FMA16 repeats per loop trip (kAcc * kUnroll FM
 // Sixteen named accumulators, so they live in registers (an array plus a compiler barrier
 // made GCC spill them every trip). No barrier is needed: without -ffast-math the compiler
 // may not fold a chain of FMAs, and the result depends on every accumulator.
-#define LS_FMA16(F)                                                                     \
-  c0 = F(c0, a, b); c1 = F(c1, a, b); c2 = F(c2, a, b); c3 = F(c3, a, b);              \
-  c4 = F(c4, a, b); c5 = F(c5, a, b); c6 = F(c6, a, b); c7 = F(c7, a, b);              \
-  c8 = F(c8, a, b); c9 = F(c9, a, b); c10 = F(c10, a, b); c11 = F(c11, a, b);          \
-  c12 = F(c12, a, b); c13 = F(c13, a, b); c14 = F(c14, a, b); c15 = F(c15, a, b);
-#define LS_INIT16(SET)                                                                  \
-  c0 = SET(seed + 0.000f); c1 = SET(seed + 0.001f); c2 = SET(seed + 0.002f);            \
-  c3 = SET(seed + 0.003f); c4 = SET(seed + 0.004f); c5 = SET(seed + 0.005f);            \
-  c6 = SET(seed + 0.006f); c7 = SET(seed + 0.007f); c8 = SET(seed + 0.008f);            \
-  c9 = SET(seed + 0.009f); c10 = SET(seed + 0.010f); c11 = SET(seed + 0.011f);          \
-  c12 = SET(seed + 0.012f); c13 = SET(seed + 0.013f); c14 = SET(seed + 0.014f);         \
+#define LS_FMA16(F)   \
+  c0 = F(c0, a, b);   \
+  c1 = F(c1, a, b);   \
+  c2 = F(c2, a, b);   \
+  c3 = F(c3, a, b);   \
+  c4 = F(c4, a, b);   \
+  c5 = F(c5, a, b);   \
+  c6 = F(c6, a, b);   \
+  c7 = F(c7, a, b);   \
+  c8 = F(c8, a, b);   \
+  c9 = F(c9, a, b);   \
+  c10 = F(c10, a, b); \
+  c11 = F(c11, a, b); \
+  c12 = F(c12, a, b); \
+  c13 = F(c13, a, b); \
+  c14 = F(c14, a, b); \
+  c15 = F(c15, a, b);
+#define LS_INIT16(SET)      \
+  c0 = SET(seed + 0.000f);  \
+  c1 = SET(seed + 0.001f);  \
+  c2 = SET(seed + 0.002f);  \
+  c3 = SET(seed + 0.003f);  \
+  c4 = SET(seed + 0.004f);  \
+  c5 = SET(seed + 0.005f);  \
+  c6 = SET(seed + 0.006f);  \
+  c7 = SET(seed + 0.007f);  \
+  c8 = SET(seed + 0.008f);  \
+  c9 = SET(seed + 0.009f);  \
+  c10 = SET(seed + 0.010f); \
+  c11 = SET(seed + 0.011f); \
+  c12 = SET(seed + 0.012f); \
+  c13 = SET(seed + 0.013f); \
+  c14 = SET(seed + 0.014f); \
   c15 = SET(seed + 0.015f);
-#define LS_SUM16(ADD)                                                                   \
-  ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))),                \
+#define LS_SUM16(ADD)                                                    \
+  ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), \
       ADD(ADD(ADD(c8, c9), ADD(c10, c11)), ADD(ADD(c12, c13), ADD(c14, c15))))
 
 // Returns a value that depends on every accumulator so the work cannot be elided.
 __attribute__((target("avx512f,fma"), noinline)) float fma_loop_avx512(std::int64_t iters,
-                                                                        float seed) {
+                                                                       float seed) {
   __m512 c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15;
   LS_INIT16(_mm512_set1_ps)
   const __m512 a = _mm512_set1_ps(0.999999f);
@@ -64,8 +86,7 @@ __attribute__((target("avx512f,fma"), noinline)) float fma_loop_avx512(std::int6
   return r;
 }
 
-__attribute__((target("avx2,fma"), noinline)) float fma_loop_avx2(std::int64_t iters,
-                                                                   float seed) {
+__attribute__((target("avx2,fma"), noinline)) float fma_loop_avx2(std::int64_t iters, float seed) {
   __m256 c0, c1, c2, c3, c4, c5, c6, c7, c8, c9, c10, c11, c12, c13, c14, c15;
   LS_INIT16(_mm256_set1_ps)
   const __m256 a = _mm256_set1_ps(0.999999f);

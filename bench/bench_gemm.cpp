@@ -23,8 +23,8 @@
 
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
-#include "runtime/openblas_env.hpp"
 #include "runtime/isa.hpp"
+#include "runtime/openblas_env.hpp"
 
 using namespace lockstep;
 

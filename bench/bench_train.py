@@ -85,11 +85,27 @@ def mpirun_prefix(np_, threads, bind):
         cmd += ["--bind-to", "none"]
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         cmd += ["-x", f"{var}={threads}"]
+    if openblas_coretype():
+        cmd += ["-x", f"OPENBLAS_CORETYPE={openblas_coretype()}"]
     return cmd
+
+
+def openblas_coretype():
+    """OpenBLAS 0.3.21 misdetects this AVX-512 Xeon and falls back to SSE3 kernels; torch
+    (Debian's, BLAS = OpenBLAS) would then be measured at a fraction of its speed. Pin the
+    AVX-512 kernels for both sides, as lockstep does itself (runtime/openblas_env.hpp);
+    a value already in the environment is kept."""
+    if "OPENBLAS_CORETYPE" in os.environ:
+        return os.environ["OPENBLAS_CORETYPE"]
+    with open("/proc/cpuinfo") as f:
+        return "SkylakeX" if " avx512f " in f.read() else None
 
 
 def thread_env(threads):
     env = dict(os.environ)
+    core = openblas_coretype()
+    if core:
+        env["OPENBLAS_CORETYPE"] = core
     env["OMP_NUM_THREADS"] = str(threads)
     env["OPENBLAS_NUM_THREADS"] = str(threads)
     env.pop("OMP_PROC_BIND", None)  # NOTES.md: spread halves 2-thread OpenBLAS

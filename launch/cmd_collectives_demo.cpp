@@ -43,7 +43,7 @@ float logical_value(std::uint64_t seed, std::uint64_t tensor, std::uint64_t inde
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-  return (u - 0.5f) * (1.0f + static_cast<float>((z >> 8) & 7));      // mixed magnitudes
+  return (u - 0.5f) * (1.0f + static_cast<float>((z >> 8) & 7));       // mixed magnitudes
 }
 
 std::vector<float> logical_matrix(const DemoConfig& c, std::uint64_t tensor, std::int64_t rows,
@@ -62,8 +62,8 @@ struct Line {
 int run_demo(const DemoConfig& c, Context& mpi) {
   const Communicator& world = mpi.world();
   const int P = world.size(), r = world.rank();
-  check(c.tokens % P == 0, "tokens " + std::to_string(c.tokens) + " not divisible by " +
-                               std::to_string(P) + " ranks",
+  check(c.tokens % P == 0,
+        "tokens " + std::to_string(c.tokens) + " not divisible by " + std::to_string(P) + " ranks",
         "choose --tokens as a multiple of the rank count");
   const std::int64_t local = c.tokens / P, lo = r * local;
   const std::int64_t blocks = local / c.block;
@@ -78,8 +78,8 @@ int run_demo(const DemoConfig& c, Context& mpi) {
   // Single-process references over all tokens.
   std::vector<float> sum_ref(nsum), grad_ref(ngrad), chain_ref(ngrad);
   csum_rows(kctx, X.data(), c.tokens, c.d_in, c.d_in, sum_ref.data());
-  gemm(kctx, GemmImpl::canonical, Trans::T, Trans::N, c.d_out, c.d_in, c.tokens, dY.data(),
-       c.d_out, X.data(), c.d_in, grad_ref.data(), c.d_in);
+  gemm(kctx, GemmImpl::canonical, Trans::T, Trans::N, c.d_out, c.d_in, c.tokens, dY.data(), c.d_out,
+       X.data(), c.d_in, grad_ref.data(), c.d_in);
   gemm(kctx, GemmImpl::chain, Trans::T, Trans::N, c.d_out, c.d_in, c.tokens, dY.data(), c.d_out,
        X.data(), c.d_in, chain_ref.data(), c.d_in);
 
@@ -89,9 +89,8 @@ int run_demo(const DemoConfig& c, Context& mpi) {
   gemm(kctx, GemmImpl::canonical, Trans::T, Trans::N, c.d_out, c.d_in, local,
        dY.data() + lo * c.d_out, c.d_out, X.data() + lo * c.d_in, c.d_in, grad_local.data(),
        c.d_in);
-  gemm(kctx, GemmImpl::chain, Trans::T, Trans::N, c.d_out, c.d_in, local,
-       dY.data() + lo * c.d_out, c.d_out, X.data() + lo * c.d_in, c.d_in, chain_local.data(),
-       c.d_in);
+  gemm(kctx, GemmImpl::chain, Trans::T, Trans::N, c.d_out, c.d_in, local, dY.data() + lo * c.d_out,
+       c.d_out, X.data() + lo * c.d_in, c.d_in, chain_local.data(), c.d_in);
 
   auto tree = [&](std::vector<float> v) {
     tree_allreduce(world, v);
@@ -105,33 +104,34 @@ int run_demo(const DemoConfig& c, Context& mpi) {
   const auto grad_tree_again = tree(grad_local);
   const auto sum_vendor = vendor(sum_local), grad_vendor = vendor(grad_local);
   const auto chain_vendor = vendor(chain_local);
-  const bool same_on_all = identical_across_ranks(world, grad_tree) &&
-                           identical_across_ranks(world, sum_tree);
+  const bool same_on_all =
+      identical_across_ranks(world, grad_tree) && identical_across_ranks(world, sum_tree);
 
   const std::vector<Line> lines = {
       {"column sums: tree allreduce == single-process csum", bit_diff(sum_tree, sum_ref), true},
-      {"weight grad: canonical GEMM + tree == single-process", bit_diff(grad_tree, grad_ref),
-       true},
+      {"weight grad: canonical GEMM + tree == single-process", bit_diff(grad_tree, grad_ref), true},
       {"weight grad: repeat of the tree reduction (run-to-run)",
        bit_diff(grad_tree_again, grad_tree), true},
       {"column sums: MPI_Allreduce vs single-process", bit_diff(sum_vendor, sum_ref), false},
-      {"weight grad: canonical GEMM + MPI_Allreduce vs single",
-       bit_diff(grad_vendor, grad_ref), false},
-      {"deterministic mode (chain + MPI_Allreduce) vs single",
-       bit_diff(chain_vendor, chain_ref), false},
+      {"weight grad: canonical GEMM + MPI_Allreduce vs single", bit_diff(grad_vendor, grad_ref),
+       false},
+      {"deterministic mode (chain + MPI_Allreduce) vs single", bit_diff(chain_vendor, chain_ref),
+       false},
   };
   bool ok = same_on_all;
   for (const auto& l : lines)
     if (l.must_match && l.diff.differing != 0) ok = false;
   const bool claims_apply = aligned && world.layout_invariant();
   if (r == 0) {
-    std::printf("collectives demo: %d rank(s), %lld tokens split %lld per rank, B=%d, %s, %d thread(s)\n",
-                P, static_cast<long long>(c.tokens), static_cast<long long>(local), c.block,
-                isa_name(kctx.isa), c.threads);
+    std::printf(
+        "collectives demo: %d rank(s), %lld tokens split %lld per rank, B=%d, %s, %d thread(s)\n",
+        P, static_cast<long long>(c.tokens), static_cast<long long>(local), c.block,
+        isa_name(kctx.isa), c.threads);
     if (!claims_apply)
       std::printf("  note: layout is not invariant (%s); bitwise equality is not promised\n",
-                  !world.layout_invariant() ? world.invariance_reason().c_str()
-                                            : "each rank's slice is not a power-of-two number of whole blocks");
+                  !world.layout_invariant()
+                      ? world.invariance_reason().c_str()
+                      : "each rank's slice is not a power-of-two number of whole blocks");
     std::printf("  %-56s %10s %8s\n", "check", "differing", "max ulp");
     for (const auto& l : lines)
       std::printf("  %-56s %10lld %8llu  %s\n", l.what.c_str(),
@@ -142,9 +142,10 @@ int run_demo(const DemoConfig& c, Context& mpi) {
     std::printf("  digest of dW: tree %s  single-process %s\n",
                 hex64(xxh3_64(grad_tree.data(), ngrad * 4)).c_str(),
                 hex64(xxh3_64(grad_ref.data(), ngrad * 4)).c_str());
-    std::printf("verdict: %s\n",
-                ok ? "tree collectives reproduce the single-process canonical reduction bit for bit ✓"
-                   : "MISMATCH: the invariant-mode claims failed ✗");
+    std::printf(
+        "verdict: %s\n",
+        ok ? "tree collectives reproduce the single-process canonical reduction bit for bit ✓"
+           : "MISMATCH: the invariant-mode claims failed ✗");
   }
   return (ok || !claims_apply) ? 0 : 1;
 }
@@ -156,7 +157,8 @@ Runner add_collectives_demo(CLI::App& app) {
   auto* sub = app.add_subcommand(
       "collectives-demo",
       "multi-rank proof: local subtrees + tree allreduce == single-process canonical sum");
-  sub->add_option("--tokens", cfg->tokens, "length of the reduction axis")->check(CLI::PositiveNumber);
+  sub->add_option("--tokens", cfg->tokens, "length of the reduction axis")
+      ->check(CLI::PositiveNumber);
   sub->add_option("--d-in", cfg->d_in, "columns of X")->check(CLI::PositiveNumber);
   sub->add_option("--d-out", cfg->d_out, "columns of dY")->check(CLI::PositiveNumber);
   sub->add_option("--block", cfg->block, "canonical block size B")->check(CLI::PositiveNumber);

@@ -22,7 +22,8 @@ Runner add_info(CLI::App& app) {
     std::printf("  ISA paths     : %s (best: %s)\n", isas.c_str(), isa_name(best_isa()));
     std::printf("  OpenMP threads: %d available\n", omp_get_max_threads());
     std::printf("  sanitizers    : %s\n", build_info::kSanitize ? "on" : "off");
-    std::printf("  CUDA          : %s\n", build_info::kCuda ? "toolkit found at build time" : "off");
+    std::printf("  CUDA          : %s\n",
+                build_info::kCuda ? "toolkit found at build time" : "off");
     return 0;
   };
 }

@@ -39,7 +39,9 @@ std::string self_exe() {
 }
 
 std::string shell_quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+") == std::string::npos)
+  if (!s.empty() && s.find_first_not_of(
+                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,+") ==
+                        std::string::npos)
     return s;
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -91,7 +93,8 @@ int run(const RunOptions& o) {
   cargv.push_back(nullptr);
   execvp(cargv[0], cargv.data());
   fail("cannot start '" + argv[0] + "': " + std::strerror(errno),
-       argv[0] == "mpirun" ? "install openmpi-bin (launch/lockstep setup)" : "rebuild with launch/lockstep build");
+       argv[0] == "mpirun" ? "install openmpi-bin (launch/lockstep setup)"
+                           : "rebuild with launch/lockstep build");
 }
 
 }  // namespace
@@ -100,9 +103,12 @@ Runner add_run(CLI::App& app) {
   auto o = std::make_shared<RunOptions>();
   auto* sub = app.add_subcommand("run", "launch `lockstep train` on N ranks through mpirun");
   sub->add_option("--np", o->np, "number of ranks (tp x dp)")->check(CLI::PositiveNumber);
-  sub->add_option("--tp", o->tp, "tensor-parallel size (overrides parallel.tp)")->check(CLI::PositiveNumber);
-  sub->add_option("--hostfile", o->hostfile, "Open MPI hostfile for several machines")->check(CLI::ExistingFile);
-  sub->add_option("config", o->config, "TOML config (e.g. launch/configs/tiny.toml)")->check(CLI::ExistingFile);
+  sub->add_option("--tp", o->tp, "tensor-parallel size (overrides parallel.tp)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--hostfile", o->hostfile, "Open MPI hostfile for several machines")
+      ->check(CLI::ExistingFile);
+  sub->add_option("config", o->config, "TOML config (e.g. launch/configs/tiny.toml)")
+      ->check(CLI::ExistingFile);
   sub->add_option("--set", o->sets, "override: section.key=value (repeatable)");
   sub->add_flag("--dry-run", o->dry_run, "print the command, do not run it");
   return [o](int, char**) {

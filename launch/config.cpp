@@ -1,10 +1,10 @@
 #include "launch/config.hpp"
 
+#include <toml++/toml.h>
 #include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
-#include <toml++/toml.h>
 
 #include "runtime/error.hpp"
 
@@ -19,7 +19,10 @@ std::function<FieldRef(Config&)> member(Section Config::*sec, T Section::*field)
 std::vector<KeyInfo> make_keys() {
   using C = Config;
   return {
-      {"model.vocab", "vocabulary size (byte tokenizer: 256)", {}, member(&C::model, &ModelSection::vocab)},
+      {"model.vocab",
+       "vocabulary size (byte tokenizer: 256)",
+       {},
+       member(&C::model, &ModelSection::vocab)},
       {"model.context", "sequence length in tokens", {}, member(&C::model, &ModelSection::context)},
       {"model.layers", "transformer blocks", {}, member(&C::model, &ModelSection::layers)},
       {"model.d_model", "hidden size", {}, member(&C::model, &ModelSection::d_model)},
@@ -28,35 +31,95 @@ std::vector<KeyInfo> make_keys() {
       {"model.dropout", "dropout probability", {}, member(&C::model, &ModelSection::dropout)},
       {"model.bias", "biases in linear layers", {}, member(&C::model, &ModelSection::bias)},
       {"model.ln_eps", "LayerNorm epsilon", {}, member(&C::model, &ModelSection::ln_eps)},
-      {"parallel.tp", "tensor-parallel size (dp = ranks / tp)", {}, member(&C::parallel, &ParallelSection::tp)},
-      {"parallel.microbatch", "sequences per forward/backward", {}, member(&C::parallel, &ParallelSection::microbatch)},
-      {"parallel.zero", "distributed optimizer (ZeRO-1)", {}, member(&C::parallel, &ParallelSection::zero)},
+      {"parallel.tp",
+       "tensor-parallel size (dp = ranks / tp)",
+       {},
+       member(&C::parallel, &ParallelSection::tp)},
+      {"parallel.microbatch",
+       "sequences per forward/backward",
+       {},
+       member(&C::parallel, &ParallelSection::microbatch)},
+      {"parallel.zero",
+       "distributed optimizer (ZeRO-1)",
+       {},
+       member(&C::parallel, &ParallelSection::zero)},
       {"optim.lr", "peak learning rate", {}, member(&C::optim, &OptimSection::lr)},
-      {"optim.min_lr", "final learning rate of the decay", {}, member(&C::optim, &OptimSection::min_lr)},
+      {"optim.min_lr",
+       "final learning rate of the decay",
+       {},
+       member(&C::optim, &OptimSection::min_lr)},
       {"optim.warmup", "linear warmup steps", {}, member(&C::optim, &OptimSection::warmup)},
-      {"optim.schedule", "learning-rate decay", {"cosine", "linear", "constant"}, member(&C::optim, &OptimSection::schedule)},
+      {"optim.schedule",
+       "learning-rate decay",
+       {"cosine", "linear", "constant"},
+       member(&C::optim, &OptimSection::schedule)},
       {"optim.beta1", "AdamW beta1", {}, member(&C::optim, &OptimSection::beta1)},
       {"optim.beta2", "AdamW beta2", {}, member(&C::optim, &OptimSection::beta2)},
       {"optim.eps", "AdamW epsilon", {}, member(&C::optim, &OptimSection::eps)},
-      {"optim.weight_decay", "decoupled weight decay (2-D weights only)", {}, member(&C::optim, &OptimSection::weight_decay)},
-      {"optim.clip", "global gradient-norm clip (0: off)", {}, member(&C::optim, &OptimSection::clip)},
-      {"data.path", "indexed dataset prefix (empty: built-in synthetic corpus)", {}, member(&C::data, &DataSection::path)},
+      {"optim.weight_decay",
+       "decoupled weight decay (2-D weights only)",
+       {},
+       member(&C::optim, &OptimSection::weight_decay)},
+      {"optim.clip",
+       "global gradient-norm clip (0: off)",
+       {},
+       member(&C::optim, &OptimSection::clip)},
+      {"data.path",
+       "indexed dataset prefix (empty: built-in synthetic corpus)",
+       {},
+       member(&C::data, &DataSection::path)},
       {"data.global_batch", "sequences per step", {}, member(&C::data, &DataSection::global_batch)},
       {"run.steps", "training steps", {}, member(&C::run, &RunSection::steps)},
       {"run.seed", "seed of init, dropout and data order", {}, member(&C::run, &RunSection::seed)},
       {"run.out", "run directory", {}, member(&C::run, &RunSection::out)},
-      {"run.determinism", "execution mode", {"invariant", "deterministic", "fast"}, member(&C::run, &RunSection::determinism)},
-      {"run.threads", "OpenMP threads per rank (0: cores / ranks)", {}, member(&C::run, &RunSection::threads)},
-      {"run.resume", "auto | none | checkpoint path (reserved: not implemented yet)", {}, member(&C::run, &RunSection::resume)},
-      {"run.isa", "kernel ISA path (never changes bits)", {"auto", "scalar", "avx2", "avx512"}, member(&C::run, &RunSection::isa)},
-      {"ckpt.interval", "checkpoint every N steps (0: at the end only) (reserved: not implemented yet)", {}, member(&C::ckpt, &CkptSection::interval)},
-      {"ckpt.keep", "keep the newest N checkpoints (0: all) (reserved: not implemented yet)", {}, member(&C::ckpt, &CkptSection::keep)},
-      {"verify.hash", "fingerprint kind (reserved: not implemented yet)", {"lockstep", "torch-xor"}, member(&C::verify, &VerifySection::hash)},
-      {"verify.replica_check_interval", "cross-replica check every N steps (0: off) (reserved: not implemented yet)", {}, member(&C::verify, &VerifySection::replica_check_interval)},
-      {"verify.ops", "op-trace step range A-B (empty: off) (reserved: not implemented yet)", {}, member(&C::verify, &VerifySection::ops)},
-      {"numerics.reduce_block", "block size B of the canonical sum", {}, member(&C::numerics, &NumericsSection::reduce_block)},
-      {"debug.perturb", "op whose reduction order is perturbed (testing the tools) (reserved: not implemented yet)", {}, member(&C::debug, &DebugSection::perturb)},
-      {"debug.bitflip", "RANK:STEP:TENSOR bit flip (testing the replica guard) (reserved: not implemented yet)", {}, member(&C::debug, &DebugSection::bitflip)},
+      {"run.determinism",
+       "execution mode",
+       {"invariant", "deterministic", "fast"},
+       member(&C::run, &RunSection::determinism)},
+      {"run.threads",
+       "OpenMP threads per rank (0: cores / ranks)",
+       {},
+       member(&C::run, &RunSection::threads)},
+      {"run.resume",
+       "auto | none | checkpoint path (reserved: not implemented yet)",
+       {},
+       member(&C::run, &RunSection::resume)},
+      {"run.isa",
+       "kernel ISA path (never changes bits)",
+       {"auto", "scalar", "avx2", "avx512"},
+       member(&C::run, &RunSection::isa)},
+      {"ckpt.interval",
+       "checkpoint every N steps (0: at the end only) (reserved: not implemented yet)",
+       {},
+       member(&C::ckpt, &CkptSection::interval)},
+      {"ckpt.keep",
+       "keep the newest N checkpoints (0: all) (reserved: not implemented yet)",
+       {},
+       member(&C::ckpt, &CkptSection::keep)},
+      {"verify.hash",
+       "fingerprint kind (reserved: not implemented yet)",
+       {"lockstep", "torch-xor"},
+       member(&C::verify, &VerifySection::hash)},
+      {"verify.replica_check_interval",
+       "cross-replica check every N steps (0: off) (reserved: not implemented yet)",
+       {},
+       member(&C::verify, &VerifySection::replica_check_interval)},
+      {"verify.ops",
+       "op-trace step range A-B (empty: off) (reserved: not implemented yet)",
+       {},
+       member(&C::verify, &VerifySection::ops)},
+      {"numerics.reduce_block",
+       "block size B of the canonical sum",
+       {},
+       member(&C::numerics, &NumericsSection::reduce_block)},
+      {"debug.perturb",
+       "op whose reduction order is perturbed (testing the tools) (reserved: not implemented yet)",
+       {},
+       member(&C::debug, &DebugSection::perturb)},
+      {"debug.bitflip",
+       "RANK:STEP:TENSOR bit flip (testing the replica guard) (reserved: not implemented yet)",
+       {},
+       member(&C::debug, &DebugSection::bitflip)},
   };
 }
 
@@ -100,7 +163,8 @@ void check_choice(const KeyInfo& key, const std::string& value, const std::strin
 }
 
 // Assigns a TOML node to a field, with a type check.
-void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node, const std::string& source) {
+void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node,
+                 const std::string& source) {
   FieldRef f = key.field(cfg);
   const std::string bad = source + ": " + key.name + " must be " + kind_of(f);
   std::visit(
@@ -179,8 +243,8 @@ void load_toml_text(Config& cfg, const std::string& text, const std::string& sou
     if (!tbl) {
       // A bare key at top level: name the nearest section.key.
       find_key(sec, source);
-      fail(source + ": '" + sec + "' must be inside a [section]", "e.g. [" +
-               nearest_key(sec).substr(0, nearest_key(sec).find('.')) + "]");
+      fail(source + ": '" + sec + "' must be inside a [section]",
+           "e.g. [" + nearest_key(sec).substr(0, nearest_key(sec).find('.')) + "]");
     }
     for (auto&& [k, node] : *tbl) {
       const std::string full = sec + "." + std::string(k.str());
@@ -227,17 +291,22 @@ std::string to_toml(const Config& cfg_in) {
   for (const auto& k : config_keys()) {
     const std::string sec = k.name.substr(0, k.name.find('.'));
     if (sec != section) {
-      out += (section.empty() ? "" : "\n") + std::string("[") + sec + "]\n";
+      if (!section.empty()) out += '\n';
+      out.append("[").append(sec).append("]\n");
       section = sec;
     }
     out += k.name.substr(k.name.find('.') + 1) + " = ";
     std::visit(
         [&](auto* p) {
           using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, std::int64_t>) out += std::to_string(*p);
-          else if constexpr (std::is_same_v<T, double>) out += format_double(*p);
-          else if constexpr (std::is_same_v<T, bool>) out += *p ? "true" : "false";
-          else out += quote(*p);
+          if constexpr (std::is_same_v<T, std::int64_t>)
+            out += std::to_string(*p);
+          else if constexpr (std::is_same_v<T, double>)
+            out += format_double(*p);
+          else if constexpr (std::is_same_v<T, bool>)
+            out += *p ? "true" : "false";
+          else
+            out += quote(*p);
         },
         k.field(cfg));
     out += "\n";

@@ -47,8 +47,8 @@ struct OptimSection {
 };
 
 struct DataSection {
-  std::string path;                // indexed dataset prefix; empty: the built-in corpus
-  std::int64_t global_batch = 8;   // sequences per step
+  std::string path;               // indexed dataset prefix; empty: the built-in corpus
+  std::int64_t global_batch = 8;  // sequences per step
 };
 
 struct RunSection {

@@ -74,7 +74,6 @@ struct FlatLayout {
   }
 };
 
-
 // One slice of optimizer work: the elements of one parameter this rank updates.
 struct UpdateSlice {
   float* param;
@@ -93,13 +92,16 @@ struct UpdateSlice {
 class GradSync {
  public:
   GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
-      : model_(model), grid_(grid), zero_(zero),
+      : model_(model),
+        grid_(grid),
+        zero_(zero),
         layout_(model.grads()),
         part_(numels(model), term_counts(model), grid.dp_size(), grid.dp_rank()),
         reducer_(zero ? part_.grad_block() * grid.dp_size() : layout_.total, mode) {
     const ParamTable& table = model.table();
     auto& params = model.params();
-    flat_.resize(static_cast<std::size_t>(zero ? part_.grad_block() * grid.dp_size() : layout_.total));
+    flat_.resize(
+        static_cast<std::size_t>(zero ? part_.grad_block() * grid.dp_size() : layout_.total));
     reduced_.resize(static_cast<std::size_t>(zero ? part_.grad_block() : layout_.total));
     for (std::size_t p = 0; p < params.size(); ++p) {
       const std::int64_t n = zero ? part_.owned(p) : params[p].numel();
@@ -135,8 +137,10 @@ class GradSync {
   }
 
   void reduce() {
-    if (zero_) reducer_.reduce_scatter(grid_.dp_comm(), reduced_);
-    else reducer_.allreduce(grid_.dp_comm(), reduced_);
+    if (zero_)
+      reducer_.reduce_scatter(grid_.dp_comm(), reduced_);
+    else
+      reducer_.allreduce(grid_.dp_comm(), reduced_);
     for (std::size_t p = 0; p < slices_.size(); ++p) {
       std::vector<const float*> terms;
       const int nt = static_cast<int>(layout_.offset[p].size());
@@ -214,8 +218,10 @@ RunFiles open_run_dir(const config::Config& cfg) {
 
 std::string fmt_duration(double s) {
   char buf[32];
-  if (s < 120) std::snprintf(buf, sizeof buf, "%.0fs", s);
-  else std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
   return buf;
 }
 
@@ -273,17 +279,18 @@ int train(const config::Config& cfg_in, Context& mpi) {
   RunFiles files;
   if (root) {
     files = open_run_dir(cfg);
-    std::printf("lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
-                "%d thread(s), %s, ISA %s\n",
-                cfg.run.determinism.c_str(), world.size(), grid.tp_size(), dp,
-                static_cast<long long>(mb), static_cast<long long>(n_mb), kctx.threads,
-                cfg.run.out.c_str(), isa_name(kctx.isa));
-    std::printf("  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld, context %lld, "
-                "%lld parameters\n",
-                static_cast<long long>(mcfg.layers), static_cast<long long>(mcfg.d_model),
-                static_cast<long long>(mcfg.heads), static_cast<long long>(mcfg.ffn),
-                static_cast<long long>(mcfg.vocab), static_cast<long long>(mcfg.context),
-                static_cast<long long>(table.numel()));
+    std::printf(
+        "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
+        "%d thread(s), %s, ISA %s\n",
+        cfg.run.determinism.c_str(), world.size(), grid.tp_size(), dp, static_cast<long long>(mb),
+        static_cast<long long>(n_mb), kctx.threads, cfg.run.out.c_str(), isa_name(kctx.isa));
+    std::printf(
+        "  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld, context %lld, "
+        "%lld parameters\n",
+        static_cast<long long>(mcfg.layers), static_cast<long long>(mcfg.d_model),
+        static_cast<long long>(mcfg.heads), static_cast<long long>(mcfg.ffn),
+        static_cast<long long>(mcfg.vocab), static_cast<long long>(mcfg.context),
+        static_cast<long long>(table.numel()));
     std::printf("  data: %s, %lld samples of %lld tokens, global batch %lld\n",
                 dataset.source().describe().c_str(), static_cast<long long>(dataset.num_samples()),
                 static_cast<long long>(ctx), static_cast<long long>(G));
@@ -362,10 +369,11 @@ int train(const config::Config& cfg_in, Context& mpi) {
       files.metrics->write(mj.dump());
       const double eta = (step > 1 ? steady_seconds / static_cast<double>(step - 1) : secs) *
                          static_cast<double>(cfg.run.steps - step);
-      std::printf("step %lld/%lld | loss %s | grad_norm %.4f | lr %.3e | %.0f ms | %.0f tok/s | ETA %s\n",
-                  static_cast<long long>(step), static_cast<long long>(cfg.run.steps),
-                  dec_float(loss).c_str(), static_cast<double>(grad_norm),
-                  static_cast<double>(lr), secs * 1e3, tps, fmt_duration(eta).c_str());
+      std::printf(
+          "step %lld/%lld | loss %s | grad_norm %.4f | lr %.3e | %.0f ms | %.0f tok/s | ETA %s\n",
+          static_cast<long long>(step), static_cast<long long>(cfg.run.steps),
+          dec_float(loss).c_str(), static_cast<double>(grad_norm), static_cast<double>(lr),
+          secs * 1e3, tps, fmt_duration(eta).c_str());
       std::fflush(stdout);
     }
   }

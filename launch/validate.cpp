@@ -7,13 +7,16 @@
 namespace lockstep::config {
 namespace {
 
-bool pow2(std::int64_t v) { return v > 0 && (v & (v - 1)) == 0; }
-std::string str(std::int64_t v) { return std::to_string(v); }
+bool pow2(std::int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+std::string str(std::int64_t v) {
+  return std::to_string(v);
+}
 
 // Why a split of `len` elements is not an aligned subtree of blocks of B (empty if it is).
 std::string alignment_problem(const std::string& what, std::int64_t len, std::int64_t B) {
-  if (len % B != 0)
-    return what + " = " + str(len) + " is not a multiple of reduce_block " + str(B);
+  if (len % B != 0) return what + " = " + str(len) + " is not a multiple of reduce_block " + str(B);
   if (!pow2(len / B))
     return what + " = " + str(len) + " is " + str(len / B) + " blocks of " + str(B) +
            ", not a power of two";
@@ -43,22 +46,27 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
        "ranks = " + str(world_size) + " is not a multiple of parallel.tp = " + str(tp) +
            " (ranks = tp x dp); use --np a multiple of tp");
   if (tp >= 1) {
-    need(m.heads % tp == 0, "model.heads = " + str(m.heads) + " is not divisible by parallel.tp = " + str(tp));
-    need(m.ffn % tp == 0, "model.ffn = " + str(m.ffn) + " is not divisible by parallel.tp = " + str(tp));
-    need(m.vocab % tp == 0, "model.vocab = " + str(m.vocab) + " is not divisible by parallel.tp = " + str(tp));
+    need(m.heads % tp == 0,
+         "model.heads = " + str(m.heads) + " is not divisible by parallel.tp = " + str(tp));
+    need(m.ffn % tp == 0,
+         "model.ffn = " + str(m.ffn) + " is not divisible by parallel.tp = " + str(tp));
+    need(m.vocab % tp == 0,
+         "model.vocab = " + str(m.vocab) + " is not divisible by parallel.tp = " + str(tp));
   }
   const std::int64_t dp = (tp >= 1 && world_size % tp == 0) ? world_size / tp : 1;
   const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
   need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");
   need(G >= 1, "data.global_batch = " + str(G) + " must be >= 1");
   if (mb >= 1 && G >= 1)
-    need(G % (dp * mb) == 0, "data.global_batch = " + str(G) + " is not divisible by dp x microbatch = " +
-                                 str(dp) + " x " + str(mb) + "; choose a multiple of " + str(dp * mb));
+    need(G % (dp * mb) == 0, "data.global_batch = " + str(G) +
+                                 " is not divisible by dp x microbatch = " + str(dp) + " x " +
+                                 str(mb) + "; choose a multiple of " + str(dp * mb));
   const auto& o = c.optim;
   need(o.lr >= 0 && o.min_lr >= 0 && o.min_lr <= o.lr,
        "optim.lr and optim.min_lr must satisfy 0 <= min_lr <= lr");
   need(o.warmup >= 0, "optim.warmup must be >= 0");
-  need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1, "optim.beta1 and optim.beta2 must be in [0, 1)");
+  need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+       "optim.beta1 and optim.beta2 must be in [0, 1)");
   need(o.eps > 0, "optim.eps must be > 0");
   need(o.clip >= 0, "optim.clip must be >= 0 (0 disables clipping)");
   need(c.run.steps >= 0, "run.steps must be >= 0");
@@ -70,11 +78,15 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   // Keys of features that have not landed yet are reserved: a non-default value is refused
   // rather than silently ignored.
   const std::string later = " is not implemented yet (reserved for ";
-  need(c.run.resume == "none", "run.resume = '" + c.run.resume + "'" + later + "the checkpoint issue); leave it 'none'");
-  need(c.ckpt.interval == 0 && c.ckpt.keep == 0, "ckpt.interval / ckpt.keep" + later + "the checkpoint issue)");
-  need(c.verify.hash == "lockstep", "verify.hash = '" + c.verify.hash + "'" + later + "the verify issue)");
+  need(c.run.resume == "none",
+       "run.resume = '" + c.run.resume + "'" + later + "the checkpoint issue); leave it 'none'");
+  need(c.ckpt.interval == 0 && c.ckpt.keep == 0,
+       "ckpt.interval / ckpt.keep" + later + "the checkpoint issue)");
+  need(c.verify.hash == "lockstep",
+       "verify.hash = '" + c.verify.hash + "'" + later + "the verify issue)");
   need(c.verify.ops.empty(), "verify.ops" + later + "the verify issue)");
-  need(c.debug.perturb.empty() && c.debug.bitflip.empty(), "debug.perturb / debug.bitflip" + later + "the verify issue)");
+  need(c.debug.perturb.empty() && c.debug.bitflip.empty(),
+       "debug.perturb / debug.bitflip" + later + "the verify issue)");
   return p;
 }
 
@@ -125,7 +137,8 @@ GuaranteeReport guarantees(const Config& c, int world_size) {
       add(alignment_problem("vocab shard per TP rank (vocab / tp)", m.vocab / tp, B));
     }
     add(alignment_problem("tokens per microbatch (microbatch x context)", mb_tokens, B));
-    if (dp > 1) add(alignment_problem("tokens per DP rank (global_batch / dp x context)", rank_tokens, B));
+    if (dp > 1)
+      add(alignment_problem("tokens per DP rank (global_batch / dp x context)", rank_tokens, B));
     for (const auto& p : problems) why += (why.empty() ? "" : "; ") + p;
   }
   const bool g3 = why.empty();

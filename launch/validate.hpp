@@ -24,7 +24,7 @@ void validate_or_throw(const Config& cfg, int world_size);
 struct Guarantee {
   std::string level;  // "G1".."G4"
   bool holds = false;
-  std::string why;    // one sentence
+  std::string why;  // one sentence
 };
 struct GuaranteeReport {
   std::vector<Guarantee> levels;

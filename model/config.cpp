@@ -4,15 +4,19 @@
 
 namespace lockstep {
 namespace {
-bool pow2(std::int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
-std::string s(std::int64_t x) { return std::to_string(x); }
+bool pow2(std::int64_t x) {
+  return x > 0 && (x & (x - 1)) == 0;
+}
+std::string s(std::int64_t x) {
+  return std::to_string(x);
+}
 }  // namespace
 
 void validate_model_config(const ModelConfig& c, int tp) {
   check(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.d_model > 0 && c.heads > 0 && c.ffn > 0,
         "model config: vocab, context, layers, d_model, heads, ffn must all be positive (vocab=" +
-            s(c.vocab) + " context=" + s(c.context) + " layers=" + s(c.layers) + " d_model=" +
-            s(c.d_model) + " heads=" + s(c.heads) + " ffn=" + s(c.ffn) + ")",
+            s(c.vocab) + " context=" + s(c.context) + " layers=" + s(c.layers) +
+            " d_model=" + s(c.d_model) + " heads=" + s(c.heads) + " ffn=" + s(c.ffn) + ")",
         "set the [model] keys to positive integers");
   check(c.d_model % c.heads == 0,
         "model config: d_model=" + s(c.d_model) + " is not a multiple of heads=" + s(c.heads),
@@ -48,8 +52,9 @@ std::string model_invariance_reason(const ModelConfig& c, int tp, int B, std::in
   const std::int64_t tokens = mb * c.context;
   if (!pow2(mb)) return "microbatch=" + s(mb) + " is not a power of two";
   if (!whole_pow2_blocks(tokens))
-    return "microbatch tokens " + s(tokens) + " are not a power-of-two number of reduce_block=" +
-           s(B) + " blocks (weight gradients reduce over tokens)";
+    return "microbatch tokens " + s(tokens) +
+           " are not a power-of-two number of reduce_block=" + s(B) +
+           " blocks (weight gradients reduce over tokens)";
   return {};
 }
 

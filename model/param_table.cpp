@@ -86,11 +86,10 @@ void init_param(const ParamSpec& spec, std::uint64_t stream, std::uint64_t seed,
     case InitKind::normal: {
       const ShardDesc& sd = local.shard();
       const Shape& g = sd.global_shape;
-      check(g == spec.shape, "init_param: tensor " + local.describe() +
-                                 " has no shard descriptor of " + spec.name);
+      check(g == spec.shape,
+            "init_param: tensor " + local.describe() + " has no shard descriptor of " + spec.name);
       if (g.size() == 1) {
-        fill_normal_2d(seed, stream, g[0], 0, sd.global_offset[0], 1, n, p, n, 0.0f,
-                       spec.init_std);
+        fill_normal_2d(seed, stream, g[0], 0, sd.global_offset[0], 1, n, p, n, 0.0f, spec.init_std);
       } else {
         const Shape ls = sd.local_shape();
         fill_normal_2d(seed, stream, g[1], sd.global_offset[0], sd.global_offset[1], ls[0], ls[1],

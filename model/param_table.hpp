@@ -44,10 +44,10 @@ enum class InitKind { normal, ones, zeros };
 
 struct ParamSpec {
   std::string name;
-  Shape shape;              // logical (unsharded) shape
-  int partition_dim = -1;   // -1: replicated over TP
+  Shape shape;             // logical (unsharded) shape
+  int partition_dim = -1;  // -1: replicated over TP
   InitKind init = InitKind::zeros;
-  float init_std = 0.0f;    // for InitKind::normal (mean 0)
+  float init_std = 0.0f;      // for InitKind::normal (mean 0)
   bool weight_decay = false;  // 2-D weights (incl. embeddings) only
   std::vector<std::string> terms{"main"};
 

@@ -13,15 +13,16 @@
 namespace lockstep {
 namespace {
 
-constexpr std::int64_t kPool = 4096;    // samples in the synthetic data set
-constexpr std::int64_t kTeacher = 16;   // hidden width of the teacher network
+constexpr std::int64_t kPool = 4096;   // samples in the synthetic data set
+constexpr std::int64_t kTeacher = 16;  // hidden width of the teacher network
 // Philox streams (data seed): teacher weights, inputs, target noise; (model seed): init.
 constexpr std::uint64_t kStreamTeacher1 = 0x7265670001, kStreamTeacher2 = 0x7265670002,
                         kStreamInputs = 0x7265670003, kStreamNoise = 0x7265670004,
                         kStreamSampler = 0x7265670005, kStreamInit = 0x7265670010;
 
 // Reverses the row order of a [rows, cols] matrix (the lab's reordered reduction).
-std::vector<float> reversed_rows(const std::vector<float>& m, std::int64_t rows, std::int64_t cols) {
+std::vector<float> reversed_rows(const std::vector<float>& m, std::int64_t rows,
+                                 std::int64_t cols) {
   std::vector<float> r(m.size());
   for (std::int64_t i = 0; i < rows; ++i)
     std::copy_n(m.data() + (rows - 1 - i) * cols, cols, r.data() + i * cols);
@@ -43,15 +44,17 @@ RegressionBatch regression_batch(const RegressionMlpConfig& c, std::uint64_t dat
   b.y.resize(c.batch * c.outputs);
   const CounterRng sampler(sampler_seed, kStreamSampler);
   for (std::int64_t j = 0; j < c.batch; ++j) {
-    const std::int64_t sample = sampler.word(static_cast<std::uint64_t>(step * c.batch + j)) % kPool;
+    const std::int64_t sample =
+        sampler.word(static_cast<std::uint64_t>(step * c.batch + j)) % kPool;
     fill_normal(data_seed, kStreamInputs, sample * c.inputs, b.x.data() + j * c.inputs, c.inputs);
     std::vector<float> pre(kTeacher), noise(c.outputs);
     gemm(ctx, GemmImpl::canonical, Trans::N, Trans::T, 1, kTeacher, c.inputs,
          b.x.data() + j * c.inputs, c.inputs, t1.data(), c.inputs, pre.data(), kTeacher);
     math::tanh(ctx, pre.data(), pre.data(), kTeacher);
-    gemm(ctx, GemmImpl::canonical, Trans::N, Trans::T, 1, c.outputs, kTeacher, pre.data(),
-         kTeacher, t2.data(), kTeacher, b.y.data() + j * c.outputs, c.outputs);
-    fill_normal(data_seed, kStreamNoise, sample * c.outputs, noise.data(), c.outputs, 0.0f, c.noise);
+    gemm(ctx, GemmImpl::canonical, Trans::N, Trans::T, 1, c.outputs, kTeacher, pre.data(), kTeacher,
+         t2.data(), kTeacher, b.y.data() + j * c.outputs, c.outputs);
+    fill_normal(data_seed, kStreamNoise, sample * c.outputs, noise.data(), c.outputs, 0.0f,
+                c.noise);
     for (std::int64_t o = 0; o < c.outputs; ++o) b.y[j * c.outputs + o] += noise[o];
   }
   return b;
@@ -85,15 +88,16 @@ void RegressionMlp::init(std::uint64_t seed) {
 
 float RegressionMlp::loss(const RegressionBatch& b) {
   const auto B = cfg_.batch, I = cfg_.inputs, H = cfg_.hidden, O = cfg_.outputs;
-  check(static_cast<std::int64_t>(b.x.size()) == B * I && static_cast<std::int64_t>(b.y.size()) == B * O,
+  check(static_cast<std::int64_t>(b.x.size()) == B * I &&
+            static_cast<std::int64_t>(b.y.size()) == B * O,
         "regression batch of " + std::to_string(b.x.size()) + " inputs / " +
             std::to_string(b.y.size()) + " targets does not match the model's batch " +
             std::to_string(B));
   pre_.assign(B * H, 0.0f);
   h_.assign(B * H, 0.0f);
   out_.assign(B * O, 0.0f);
-  gemm(ctx_, GemmImpl::canonical, Trans::N, Trans::T, B, H, I, b.x.data(), I, params_[0].data(),
-       I, pre_.data(), H);
+  gemm(ctx_, GemmImpl::canonical, Trans::N, Trans::T, B, H, I, b.x.data(), I, params_[0].data(), I,
+       pre_.data(), H);
   for (std::int64_t i = 0; i < B; ++i)
     for (std::int64_t j = 0; j < H; ++j) pre_[i * H + j] += params_[1][j];
   math::tanh(ctx_, pre_.data(), h_.data(), B * H);
@@ -131,8 +135,8 @@ float RegressionMlp::forward_backward(const RegressionBatch& b, ReductionOrder o
   gemm(ctx_, GemmImpl::canonical, Trans::T, Trans::N, O, H, B, dout_r.data(), O, h_r.data(), H,
        grads_[2].data(), H);
   csum_rows(ctx_, dout_r.data(), B, O, O, grads_[3].data());
-  gemm(ctx_, GemmImpl::canonical, Trans::N, Trans::N, B, H, O, dout.data(), O, params_[2].data(),
-       H, dh.data(), H);
+  gemm(ctx_, GemmImpl::canonical, Trans::N, Trans::N, B, H, O, dout.data(), O, params_[2].data(), H,
+       dh.data(), H);
   for (std::int64_t e = 0; e < B * H; ++e) dh[e] = dh[e] * ((1.0f - h_[e]) * (1.0f + h_[e]));
   const auto& dpre_r = rev ? reversed_rows(dh, B, H) : dh;
   const auto& x_r = rev ? reversed_rows(b.x, B, I) : b.x;

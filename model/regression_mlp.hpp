@@ -42,7 +42,8 @@ class RegressionMlp {
 
   void init(std::uint64_t seed);
   // Forward + backward on one batch: overwrites grads(), returns the mean squared error.
-  float forward_backward(const RegressionBatch& b, ReductionOrder order = ReductionOrder::canonical);
+  float forward_backward(const RegressionBatch& b,
+                         ReductionOrder order = ReductionOrder::canonical);
   float loss(const RegressionBatch& b);  // forward only (canonical order)
 
   // Parameters and gradients in a fixed order: W1 [hidden, inputs], b1 [hidden],

@@ -11,9 +11,13 @@ namespace lockstep {
 GradReducer::GradReducer(std::int64_t len, Determinism mode)
     : len_(len), mode_(mode), counter_(len) {}
 
-void GradReducer::reset() { counter_ = BinaryCounter(len_); }
+void GradReducer::reset() {
+  counter_ = BinaryCounter(len_);
+}
 
-void GradReducer::push_microbatch(const float* grads) { counter_.push(grads); }
+void GradReducer::push_microbatch(const float* grads) {
+  counter_.push(grads);
+}
 
 void GradReducer::allreduce(const Communicator& dp, std::span<float> out) const {
   check(static_cast<std::int64_t>(out.size()) == len_,
@@ -28,8 +32,7 @@ void GradReducer::allreduce(const Communicator& dp, std::span<float> out) const 
 void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) const {
   check(len_ % dp.size() == 0 && static_cast<std::int64_t>(out.size()) == len_ / dp.size(),
         "GradReducer::reduce_scatter: " + std::to_string(len_) + " floats over " +
-            std::to_string(dp.size()) + " DP ranks into a segment of " +
-            std::to_string(out.size()),
+            std::to_string(dp.size()) + " DP ranks into a segment of " + std::to_string(out.size()),
         "pad the flat gradient to a multiple of the DP size");
   check(counter_.leaves() > 0, "GradReducer: no microbatch was pushed this step",
         "call push_microbatch() for every microbatch before reducing");

@@ -42,8 +42,8 @@ void TpContext::allreduce_max(std::span<float> buf) const {
     if (x == 0.0f) x = 0.0f;
 }
 
-void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n,
-                   std::int64_t ld, const float* b) {
+void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n, std::int64_t ld,
+                   const float* b) {
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t t = 0; t < T; ++t) {
     float* y = Y + t * ld;

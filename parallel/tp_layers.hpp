@@ -91,7 +91,7 @@ void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY,
                          float* db, float* dX_l);
 
 // Y[t, j] = Y[t, j] + b[j] for T rows of width n (leading dimension ld).
-void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n,
-                   std::int64_t ld, const float* b);
+void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n, std::int64_t ld,
+                   const float* b);
 
 }  // namespace lockstep

@@ -36,7 +36,9 @@ class ScalarCounter {
   int n_ = 0;
 };
 
-bool is_pow2(std::int64_t w) { return w > 0 && (w & (w - 1)) == 0; }
+bool is_pow2(std::int64_t w) {
+  return w > 0 && (w & (w - 1)) == 0;
+}
 
 void check_block(int block) {
   check(block >= 1, "reduce_block " + std::to_string(block) + " must be >= 1",
@@ -45,11 +47,13 @@ void check_block(int block) {
 
 }  // namespace
 
-void BinaryCounter::push(const float* leaf) { push_subtree(leaf, 1); }
+void BinaryCounter::push(const float* leaf) {
+  push_subtree(leaf, 1);
+}
 
 void BinaryCounter::push_subtree(const float* subtree, std::int64_t weight) {
-  check(is_pow2(weight), "BinaryCounter: subtree weight " + std::to_string(weight) +
-                             " is not a power of two");
+  check(is_pow2(weight),
+        "BinaryCounter: subtree weight " + std::to_string(weight) + " is not a power of two");
   check(count_ % weight == 0,
         "BinaryCounter: subtree of weight " + std::to_string(weight) + " pushed after " +
             std::to_string(count_) + " leaves is not aligned",
@@ -103,8 +107,8 @@ float cdot(const float* a, const float* b, std::int64_t n, int block, std::int64
 void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
                std::int64_t ld, float* out) {
   validate(ctx);
-  check(ld >= cols, "csum_rows: leading dimension " + std::to_string(ld) + " < cols " +
-                        std::to_string(cols));
+  check(ld >= cols,
+        "csum_rows: leading dimension " + std::to_string(ld) + " < cols " + std::to_string(cols));
   // Columns are independent sums, so vectorizing over j keeps each column's chain and tree
   // exactly as written (no reassociation: -ffp-contract=off and no -ffast-math).
   constexpr std::int64_t kChunk = 256;

@@ -6,9 +6,12 @@ namespace lockstep {
 
 const char* determinism_name(Determinism m) {
   switch (m) {
-    case Determinism::invariant: return "invariant";
-    case Determinism::deterministic: return "deterministic";
-    case Determinism::fast: return "fast";
+    case Determinism::invariant:
+      return "invariant";
+    case Determinism::deterministic:
+      return "deterministic";
+    case Determinism::fast:
+      return "fast";
   }
   return "?";
 }

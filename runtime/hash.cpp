@@ -6,7 +6,9 @@
 
 namespace lockstep {
 
-std::uint64_t xxh3_64(const void* data, std::size_t bytes) { return XXH3_64bits(data, bytes); }
+std::uint64_t xxh3_64(const void* data, std::size_t bytes) {
+  return XXH3_64bits(data, bytes);
+}
 
 std::string hex64(std::uint64_t v) {
   char buf[17];

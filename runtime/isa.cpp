@@ -8,9 +8,12 @@ namespace lockstep {
 
 const char* isa_name(Isa isa) {
   switch (isa) {
-    case Isa::scalar: return "scalar";
-    case Isa::avx2: return "avx2";
-    case Isa::avx512: return "avx512";
+    case Isa::scalar:
+      return "scalar";
+    case Isa::avx2:
+      return "avx2";
+    case Isa::avx512:
+      return "avx512";
   }
   return "?";
 }
@@ -25,8 +28,10 @@ Isa parse_isa(std::string_view name) {
 
 bool isa_supported(Isa isa) {
   switch (isa) {
-    case Isa::scalar: return true;
-    case Isa::avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::scalar:
+      return true;
+    case Isa::avx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case Isa::avx512:
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
              __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512dq") &&
@@ -54,8 +59,7 @@ void validate(const KernelCtx& ctx) {
         "choose --isa auto or one of the paths this CPU supports");
   check(ctx.threads >= 1, "thread count " + std::to_string(ctx.threads) + " must be >= 1",
         "set run.threads to a positive number");
-  check(ctx.reduce_block >= 1,
-        "reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
+  check(ctx.reduce_block >= 1, "reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
         "set numerics.reduce_block to a positive number (default 64)");
 }
 

@@ -9,18 +9,24 @@ namespace lockstep {
 
 std::size_t dtype_size(DType t) {
   switch (t) {
-    case DType::f32: return 4;
-    case DType::i32: return 4;
-    case DType::u16: return 2;
+    case DType::f32:
+      return 4;
+    case DType::i32:
+      return 4;
+    case DType::u16:
+      return 2;
   }
   return 0;
 }
 
 const char* dtype_name(DType t) {
   switch (t) {
-    case DType::f32: return "F32";
-    case DType::i32: return "I32";
-    case DType::u16: return "U16";
+    case DType::f32:
+      return "F32";
+    case DType::i32:
+      return "I32";
+    case DType::u16:
+      return "U16";
   }
   return "?";
 }
@@ -59,7 +65,9 @@ Storage::Storage(std::size_t bytes) : bytes_(bytes) {
   std::memset(data_, 0, rounded);
 }
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() {
+  std::free(data_);
+}
 
 ShardDesc ShardDesc::whole(const Shape& global_shape) {
   ShardDesc d;
@@ -77,8 +85,8 @@ ShardDesc ShardDesc::split(const Shape& global_shape, int dim, int num_shards, i
             " is out of range");
   check(global_shape[dim] % num_shards == 0,
         "cannot split dim " + std::to_string(dim) + " of size " +
-            std::to_string(global_shape[dim]) + " (shape " + shape_str(global_shape) +
-            ") into " + std::to_string(num_shards) + " equal shards",
+            std::to_string(global_shape[dim]) + " (shape " + shape_str(global_shape) + ") into " +
+            std::to_string(num_shards) + " equal shards",
         "choose a tensor-parallel size that divides this dimension");
   ShardDesc d = whole(global_shape);
   d.partition_dim = dim;
@@ -101,8 +109,8 @@ Tensor Tensor::zeros(DType dtype, const Shape& shape, std::string name) {
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = contiguous_strides(shape);
-  t.storage_ = std::make_shared<Storage>(static_cast<std::size_t>(shape_numel(shape)) *
-                                         dtype_size(dtype));
+  t.storage_ =
+      std::make_shared<Storage>(static_cast<std::size_t>(shape_numel(shape)) * dtype_size(dtype));
   t.data_ = t.storage_->data();
   t.shard_ = ShardDesc::whole(shape);
   t.name_ = std::move(name);
@@ -114,9 +122,9 @@ Tensor Tensor::view(void* data, DType dtype, const Shape& shape, Shape strides, 
   t.dtype_ = dtype;
   t.shape_ = shape;
   t.strides_ = strides.empty() ? contiguous_strides(shape) : std::move(strides);
-  check(t.strides_.size() == shape.size(),
-        "view of '" + name + "': " + std::to_string(t.strides_.size()) + " strides for shape " +
-            shape_str(shape));
+  check(t.strides_.size() == shape.size(), "view of '" + name +
+                                               "': " + std::to_string(t.strides_.size()) +
+                                               " strides for shape " + shape_str(shape));
   t.data_ = data;
   t.shard_ = ShardDesc::whole(shape);
   t.name_ = std::move(name);
@@ -136,14 +144,12 @@ void Tensor::set_shard(ShardDesc desc) {
 }
 
 std::int64_t Tensor::offset_of(const std::vector<std::int64_t>& idx) const {
-  check(idx.size() == shape_.size(), describe() + ": index of rank " +
-                                         std::to_string(idx.size()) + " for rank " +
-                                         std::to_string(rank()));
+  check(idx.size() == shape_.size(), describe() + ": index of rank " + std::to_string(idx.size()) +
+                                         " for rank " + std::to_string(rank()));
   std::int64_t off = 0;
   for (std::size_t i = 0; i < idx.size(); ++i) {
-    check(idx[i] >= 0 && idx[i] < shape_[i],
-          describe() + ": index " + std::to_string(idx[i]) + " out of range in dim " +
-              std::to_string(i));
+    check(idx[i] >= 0 && idx[i] < shape_[i], describe() + ": index " + std::to_string(idx[i]) +
+                                                 " out of range in dim " + std::to_string(i));
     off += idx[i] * strides_[i];
   }
   return off;
@@ -155,7 +161,8 @@ Tensor Tensor::slice(int d, std::int64_t start, std::int64_t len) const {
             ") of dim " + std::to_string(d) + " is out of range");
   Tensor t = *this;
   t.shape_[d] = len;
-  t.data_ = static_cast<char*>(data_) + start * strides_[d] * static_cast<std::int64_t>(dtype_size(dtype_));
+  t.data_ = static_cast<char*>(data_) +
+            start * strides_[d] * static_cast<std::int64_t>(dtype_size(dtype_));
   t.shard_ = ShardDesc::whole(t.shape_);
   return t;
 }

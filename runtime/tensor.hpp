@@ -21,10 +21,20 @@ std::size_t dtype_size(DType t);
 const char* dtype_name(DType t);
 DType parse_dtype(const std::string& name);
 
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::uint16_t>() { return DType::u16; }
+template <class T>
+constexpr DType dtype_of();
+template <>
+constexpr DType dtype_of<float>() {
+  return DType::f32;
+}
+template <>
+constexpr DType dtype_of<std::int32_t>() {
+  return DType::i32;
+}
+template <>
+constexpr DType dtype_of<std::uint16_t>() {
+  return DType::u16;
+}
 
 using Shape = std::vector<std::int64_t>;
 std::string shape_str(const Shape& s);  // "[4096, 256]"
@@ -93,7 +103,8 @@ class Tensor {
 
   void* raw() const { return data_; }
   // Typed access; throws if T does not match dtype() (names the tensor).
-  template <class T> T* data() const {
+  template <class T>
+  T* data() const {
     check_dtype(dtype_of<T>());
     return static_cast<T*>(data_);
   }

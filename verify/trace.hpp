@@ -22,7 +22,7 @@ struct TraceLine {
   float loss = 0.0f;
   float grad_norm = 0.0f;
   float lr = 0.0f;
-  std::int64_t tokens = 0;  // tokens consumed so far
+  std::int64_t tokens = 0;                                // tokens consumed so far
   std::vector<std::pair<std::string, std::uint64_t>> fp;  // canonical order
 
   // XXH3-64 over the step, the bits of the scalars and every (name, fingerprint) pair.

@@ -40,8 +40,9 @@ TEST_CASE("one AdamW step matches torch.optim.AdamW") {
   const AdamWConfig cfg{0.9, 0.95, 1e-8, 0.1};
   const double lr = 3e-4;
   const std::int64_t step = 3;
-  std::ofstream(dir / "meta.json") << "{\"lr\": " << lr << ", \"beta1\": 0.9, \"beta2\": 0.95, "
-                                   << "\"eps\": 1e-8, \"weight_decay\": 0.1, \"step\": " << step << "}";
+  std::ofstream(dir / "meta.json")
+      << "{\"lr\": " << lr << ", \"beta1\": 0.9, \"beta2\": 0.95, "
+      << "\"eps\": 1e-8, \"weight_decay\": 0.1, \"step\": " << step << "}";
   const std::string script = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/reference/adamw_torch.py";
   const int rc = std::system(("/usr/bin/python3 " + script + " " + dir.string()).c_str());
   if (WEXITSTATUS(rc) == 77) {

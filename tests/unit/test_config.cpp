@@ -12,7 +12,9 @@ using namespace lockstep;
 using namespace lockstep::config;
 
 namespace {
-std::string preset(const char* name) { return std::string(LOCKSTEP_SOURCE_DIR) + "/launch/configs/" + name; }
+std::string preset(const char* name) {
+  return std::string(LOCKSTEP_SOURCE_DIR) + "/launch/configs/" + name;
+}
 Config tiny() {
   Config c;
   load_toml_file(c, preset("tiny.toml"));
@@ -116,7 +118,8 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
     return false;
   };
   Config c = tiny();
-  for (auto [tp, ranks, mb] : {std::tuple{1, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 4, 1}, {1, 1, 2}, {1, 2, 2}}) {
+  for (auto [tp, ranks, mb] :
+       {std::tuple{1, 1, 1}, {1, 2, 1}, {2, 2, 1}, {2, 4, 1}, {1, 1, 2}, {1, 2, 2}}) {
     c.parallel.tp = tp;
     c.parallel.microbatch = mb;
     INFO("tp=" << tp << " ranks=" << ranks << " mb=" << mb);

@@ -75,7 +75,8 @@ TEST_CASE("aligned power-of-two shards combined by the tree equal the unsplit cs
         if (hi > lo) parts.push_back(csum(x.data() + lo, hi - lo, B));
       }
       INFO("blocks=" << blocks << " shards=" << shards);
-      float combined = tree_fold(std::span<const float>(parts), [](float a, float b) { return a + b; });
+      float combined =
+          tree_fold(std::span<const float>(parts), [](float a, float b) { return a + b; });
       REQUIRE(bits(combined) == bits(whole));
     }
   }
@@ -151,8 +152,8 @@ TEST_CASE("tree_sum over parts equals tree_fold per element") {
     for (int e = 0; e < 33; ++e) {
       std::vector<float> leaves;
       for (int p = 0; p < P; ++p) leaves.push_back(data[p][e]);
-      REQUIRE(bits(out[e]) ==
-              bits(tree_fold(std::span<const float>(leaves), [](float a, float b) { return a + b; })));
+      REQUIRE(bits(out[e]) == bits(tree_fold(std::span<const float>(leaves),
+                                             [](float a, float b) { return a + b; })));
     }
   }
 }

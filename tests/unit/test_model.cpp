@@ -208,11 +208,14 @@ TEST_CASE("GPT: gradients are overwritten per call, and another step changes dro
   const Batch b = make_batch(cfg, 1);
   Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
   m.init(1);
-  const float a = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
+  const float a =
+      m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
   const Tensor g = m.grads()[2][0].clone();
-  const float a2 = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
+  const float a2 =
+      m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 0, 0.01f);
   CHECK(std::memcmp(&a, &a2, 4) == 0);
   CHECK(g.bitwise_equal(m.grads()[2][0]));
-  const float c = m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 1, 0.01f);
+  const float c =
+      m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 1, 0.01f);
   CHECK(c != a);
 }

@@ -4,6 +4,7 @@
 // rebuilds the model in PyTorch float64 (own Philox for the dropout masks) and compares the
 // loss (relative 1e-5) and every gradient (max abs error <= 2e-4 * max|grad|). Cases: dropout
 // off / on, bias off / on. If /usr/bin/python3 cannot import torch the test warns and passes.
+#include <unistd.h>
 #include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
@@ -11,7 +12,6 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "model/gpt.hpp"
@@ -42,8 +42,8 @@ int run_case(const ModelConfig& cfg, const std::string& tag) {
     const ParamSpec& s = model.table()[i];
     if (s.shape.size() == 1) {
       const float mean = s.init == InitKind::ones ? 1.0f : 0.0f;
-      fill_normal(77, 1000 + i, 0, model.params()[i].data<float>(), model.params()[i].numel(),
-                  mean, 0.1f);
+      fill_normal(77, 1000 + i, 0, model.params()[i].data<float>(), model.params()[i].numel(), mean,
+                  0.1f);
     }
   }
   const std::int64_t mb = 3, T = mb * cfg.context;

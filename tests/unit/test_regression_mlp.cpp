@@ -39,7 +39,8 @@ std::vector<std::vector<double>> grads_f64(const RegressionMlpConfig& c,
       *loss += d * d / double(B * O);
       const double dout = 2 * d / double(B * O);
       g[3][o] += dout;
-      for (std::int64_t j = 0; j < H; ++j) g[2][o * H + j] += dout * h[j], dh[j] += dout * p[2][o * H + j];
+      for (std::int64_t j = 0; j < H; ++j)
+        g[2][o * H + j] += dout * h[j], dh[j] += dout * p[2][o * H + j];
     }
     for (std::int64_t j = 0; j < H; ++j) {
       const double dpre = dh[j] * (1 - h[j] * h[j]);
@@ -73,7 +74,8 @@ TEST_CASE("regression MLP gradients match a float64 reference") {
 
 TEST_CASE("regression MLP: bitwise reproducible; reversed order changes bits, not values") {
   RegressionMlpConfig c;
-  RegressionMlp a(c, KernelCtx::best()), b(c, KernelCtx{Isa::scalar, 2, 64}), r(c, KernelCtx::best());
+  RegressionMlp a(c, KernelCtx::best()), b(c, KernelCtx{Isa::scalar, 2, 64}),
+      r(c, KernelCtx::best());
   for (auto* m : {&a, &b, &r}) m->init(3);
   const auto batch = regression_batch(c, 5, 6, 9);
   const float la = a.forward_backward(batch), lb = b.forward_backward(batch);
@@ -85,12 +87,14 @@ TEST_CASE("regression MLP: bitwise reproducible; reversed order changes bits, no
     for (std::size_t i = 0; i < a.grads()[t].size(); ++i) {
       ++total;
       differing += std::memcmp(&a.grads()[t][i], &r.grads()[t][i], 4) != 0;
-      REQUIRE(std::fabs(a.grads()[t][i] - r.grads()[t][i]) <= 1e-5f * (std::fabs(a.grads()[t][i]) + 1e-6f));
+      REQUIRE(std::fabs(a.grads()[t][i] - r.grads()[t][i]) <=
+              1e-5f * (std::fabs(a.grads()[t][i]) + 1e-6f));
     }
   }
   REQUIRE(std::fabs(la - lr) <= 1e-6f * la);
   REQUIRE(differing > 0);  // another tree: some gradient bits move
-  WARN("reversed reduction order: " << differing << " of " << total << " gradient values differ in bits");
+  WARN("reversed reduction order: " << differing << " of " << total
+                                    << " gradient values differ in bits");
 }
 
 TEST_CASE("regression batches are pure functions of (data seed, sampler seed, step)") {
@@ -107,13 +111,15 @@ TEST_CASE("Adam training of the regression MLP lowers the loss") {
   RegressionMlp m(c, KernelCtx::best());
   m.init(1);
   std::vector<std::vector<float>> mom, vel;
-  for (const auto& p : m.params()) mom.emplace_back(p.size(), 0.0f), vel.emplace_back(p.size(), 0.0f);
+  for (const auto& p : m.params())
+    mom.emplace_back(p.size(), 0.0f), vel.emplace_back(p.size(), 0.0f);
   const AdamWConfig adam{0.9, 0.999, 1e-8, 0.0};
   const float first = m.loss(regression_batch(c, 1, 2, 1000));
   for (std::int64_t step = 1; step <= 100; ++step) {
     m.forward_backward(regression_batch(c, 1, 2, step));
     for (std::size_t t = 0; t < 4; ++t)
-      adamw_step(AdamWHyper::at(adam, 1e-2, step, false), m.params()[t], m.grads()[t], mom[t], vel[t]);
+      adamw_step(AdamWHyper::at(adam, 1e-2, step, false), m.params()[t], m.grads()[t], mom[t],
+                 vel[t]);
   }
   const float last = m.loss(regression_batch(c, 1, 2, 1000));
   INFO("held-out batch loss " << first << " -> " << last);
