@@ -11,6 +11,7 @@
 
 #include "model/attn_rows.hpp"
 #include "runtime/csum.hpp"
+#include "runtime/csum_counter.hpp"
 #include "runtime/transcendental.hpp"
 
 namespace lockstep::attn_detail {
@@ -19,26 +20,7 @@ namespace {
 constexpr int kG = 8;  // rows advanced together (independent chains overlap)
 
 // Binary counters of DESIGN.md section 2 for kG rows (the csum tree over block leaves).
-struct Counters {
-  float value[kG][64];
-  std::int64_t weight[kG][64];
-  int n[kG] = {};
-  void push(int r, float v) {
-    std::int64_t w = 1;
-    while (n[r] > 0 && weight[r][n[r] - 1] == w) {
-      v = value[r][--n[r]] + v;
-      w *= 2;
-    }
-    value[r][n[r]] = v;
-    weight[r][n[r]++] = w;
-  }
-  float result(int r) const {
-    if (n[r] == 0) return kAdditiveIdentity;
-    float acc = value[r][n[r] - 1];
-    for (int i = n[r] - 2; i >= 0; --i) acc = value[r][i] + acc;
-    return acc;
-  }
-};
+using Counters = csum_detail::RowCounters<kG>;
 
 // Rows i0 .. i0+kG-1 of the causal pattern: row i0+r has length i0+r+1. out[r] = csum (Dot =
 // false: of a) or cdot (Dot = true: of a, b) over the row's prefix, block B: the bits of

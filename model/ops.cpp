@@ -1,4 +1,5 @@
 #include "model/ops.hpp"
+#include "runtime/csum_counter.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -12,26 +13,7 @@ namespace lockstep {
 namespace {
 constexpr int kR = 8;  // rows advanced together
 
-struct RowCounters {
-  float value[kR][64];
-  std::int64_t weight[kR][64];
-  int n[kR] = {};
-  void push(int r, float v) {
-    std::int64_t w = 1;
-    while (n[r] > 0 && weight[r][n[r] - 1] == w) {
-      v = value[r][--n[r]] + v;
-      w *= 2;
-    }
-    value[r][n[r]] = v;
-    weight[r][n[r]++] = w;
-  }
-  float result(int r) const {
-    if (n[r] == 0) return kAdditiveIdentity;
-    float acc = value[r][n[r] - 1];
-    for (int i = n[r] - 2; i >= 0; --i) acc = value[r][i] + acc;
-    return acc;
-  }
-};
+using RowCounters = csum_detail::RowCounters<kR>;
 }  // namespace
 
 void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld, int block,

@@ -1,4 +1,5 @@
 #include "runtime/csum.hpp"
+#include "runtime/csum_counter.hpp"
 
 #include <omp.h>
 
@@ -11,30 +12,6 @@
 namespace lockstep {
 namespace {
 
-// A binary counter over scalars: the streaming form of T for one output value.
-class ScalarCounter {
- public:
-  void push(float v) {
-    std::int64_t w = 1;
-    while (n_ > 0 && weight_[n_ - 1] == w) {
-      v = value_[--n_] + v;
-      w *= 2;
-    }
-    value_[n_] = v;
-    weight_[n_++] = w;
-  }
-  float result() const {
-    if (n_ == 0) return kAdditiveIdentity;
-    float acc = value_[n_ - 1];
-    for (int i = n_ - 2; i >= 0; --i) acc = value_[i] + acc;
-    return acc;
-  }
-
- private:
-  float value_[64];
-  std::int64_t weight_[64];
-  int n_ = 0;
-};
 
 bool is_pow2(std::int64_t w) {
   return w > 0 && (w & (w - 1)) == 0;
@@ -81,27 +58,27 @@ void BinaryCounter::result(float* out) const {
 
 float csum(const float* x, std::int64_t n, int block, std::int64_t stride) {
   check_block(block);
-  ScalarCounter counter;
+  csum_detail::RowCounters<1> counter;
   for (std::int64_t lo = 0; lo < n; lo += block) {
     const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
     float acc = kAdditiveIdentity;
     for (std::int64_t k = lo; k < hi; ++k) acc += x[k * stride];
-    counter.push(acc);
+    counter.push(0, acc);
   }
-  return counter.result();
+  return counter.result(0);
 }
 
 float cdot(const float* a, const float* b, std::int64_t n, int block, std::int64_t stride_a,
            std::int64_t stride_b) {
   check_block(block);
-  ScalarCounter counter;
+  csum_detail::RowCounters<1> counter;
   for (std::int64_t lo = 0; lo < n; lo += block) {
     const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
     float acc = kAdditiveIdentity;
     for (std::int64_t k = lo; k < hi; ++k) acc = std::fma(a[k * stride_a], b[k * stride_b], acc);
-    counter.push(acc);
+    counter.push(0, acc);
   }
-  return counter.result();
+  return counter.result(0);
 }
 
 void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
