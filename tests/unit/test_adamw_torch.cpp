@@ -45,11 +45,7 @@ TEST_CASE("one AdamW step matches torch.optim.AdamW") {
       << "\"eps\": 1e-8, \"weight_decay\": 0.1, \"step\": " << step << "}";
   const std::string script = std::string(LOCKSTEP_SOURCE_DIR) + "/tests/reference/adamw_torch.py";
   const int rc = std::system(("/usr/bin/python3 " + script + " " + dir.string()).c_str());
-  if (WEXITSTATUS(rc) == 77) {
-    WARN("torch is not importable by /usr/bin/python3: run launch/lockstep setup; check skipped");
-    fs::remove_all(dir);
-    return;
-  }
+  INFO("exit 77: /usr/bin/python3 cannot import torch; run launch/lockstep setup");
   REQUIRE(rc == 0);
   adamw_step(AdamWHyper::at(cfg, lr, step, true), p, g, m, v);
   const auto tp = read_f32(dir / "p_out.f32", n), tm = read_f32(dir / "m_out.f32", n),
