@@ -12,7 +12,7 @@ GradReducer::GradReducer(std::int64_t len, Determinism mode)
     : len_(len), mode_(mode), counter_(len) {}
 
 void GradReducer::reset() {
-  counter_ = BinaryCounter(len_);
+  counter_.clear();
 }
 
 void GradReducer::push_microbatch(const float* grads) {

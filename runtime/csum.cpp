@@ -12,7 +12,6 @@
 namespace lockstep {
 namespace {
 
-
 bool is_pow2(std::int64_t w) {
   return w > 0 && (w & (w - 1)) == 0;
 }
@@ -35,11 +34,18 @@ void BinaryCounter::push_subtree(const float* subtree, std::int64_t weight) {
         "BinaryCounter: subtree of weight " + std::to_string(weight) + " pushed after " +
             std::to_string(count_) + " leaves is not aligned",
         "merge equal power-of-two pieces in order (e.g. equal microbatches)");
-  Level lv{weight, std::vector<float>(subtree, subtree + len_)};
+  // Level buffers are recycled (spare_), so a training step allocates nothing here.
+  Level lv{weight, {}};
+  if (!spare_.empty()) {
+    lv.values = std::move(spare_.back());
+    spare_.pop_back();
+  }
+  lv.values.assign(subtree, subtree + len_);
   while (!stack_.empty() && stack_.back().weight == lv.weight) {
     Level& left = stack_.back();
     for (std::int64_t e = 0; e < len_; ++e) lv.values[e] = left.values[e] + lv.values[e];
     lv.weight *= 2;
+    spare_.push_back(std::move(left.values));
     stack_.pop_back();
   }
   stack_.push_back(std::move(lv));

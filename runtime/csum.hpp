@@ -48,6 +48,8 @@ class BinaryCounter {
   // Writes T over everything pushed (len values); -0.0 if nothing was pushed.
   void result(float* out) const;
   std::int64_t leaves() const { return count_; }
+  // Forgets every leaf (keeps the buffers for reuse).
+  void clear();
 
  private:
   struct Level {
@@ -57,6 +59,7 @@ class BinaryCounter {
   std::int64_t len_;
   std::int64_t count_ = 0;
   std::vector<Level> stack_;
+  std::vector<std::vector<float>> spare_;  // recycled level buffers
 };
 
 // Canonical sum of x[0], x[stride], ... (n terms), block B. The literal contract.
