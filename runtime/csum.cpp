@@ -27,6 +27,12 @@ void BinaryCounter::push(const float* leaf) {
   push_subtree(leaf, 1);
 }
 
+void BinaryCounter::clear() {
+  for (auto& lv : stack_) spare_.push_back(std::move(lv.values));
+  stack_.clear();
+  count_ = 0;
+}
+
 void BinaryCounter::push_subtree(const float* subtree, std::int64_t weight) {
   check(is_pow2(weight),
         "BinaryCounter: subtree weight " + std::to_string(weight) + " is not a power of two");
