@@ -14,6 +14,7 @@
 
 #include "model/gpt.hpp"
 #include "runtime/grid.hpp"
+#include "tests/support/test_model_config.hpp"
 
 using namespace lockstep;
 
@@ -40,16 +41,7 @@ bool same_bits(const float* a, const float* b, std::size_t n) {
 }
 
 ModelConfig tiny(bool bias) {
-  ModelConfig c;
-  c.vocab = 256;
-  c.context = 64;
-  c.layers = 2;
-  c.d_model = 128;
-  c.heads = 4;
-  c.ffn = 256;
-  c.dropout = 0.1f;
-  c.bias = bias;
-  return c;
+  return lockstep::testing::tiny_model_config(0.1f, bias);
 }
 
 struct Batch {

@@ -14,6 +14,7 @@
 #include "model/ops.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
+#include "tests/support/test_model_config.hpp"
 
 using namespace lockstep;
 using lockstep::testing::mixed_floats;
@@ -22,16 +23,7 @@ using lockstep::testing::same_bits;
 namespace {
 
 ModelConfig tiny(float dropout = 0.1f, bool bias = true) {
-  ModelConfig c;
-  c.vocab = 256;
-  c.context = 64;
-  c.layers = 2;
-  c.d_model = 128;
-  c.heads = 4;
-  c.ffn = 256;
-  c.dropout = dropout;
-  c.bias = bias;
-  return c;
+  return lockstep::testing::tiny_model_config(dropout, bias);
 }
 
 struct Batch {
