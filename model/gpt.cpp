@@ -366,15 +366,19 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       }
     }
     // ---- proj (row-parallel) + dropout + residual ----
-    row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data());
-    if (m.dropout_on) {
-      ensure(A.keep_proj, T * d);
-      dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, kDropProj), seq_ids, T, C, d, p,
-                          A.keep_proj.data());
-      dropout_apply(ctx, m.y.data(), A.keep_proj.data(), rs, T * d, m.y.data());
-    }
+    // h += dropout(y) at `site`, its keep mask stored for backward.
+    auto dropout_residual = [&](int site, Mask& keep) {
+      if (m.dropout_on) {
+        ensure(keep, T * d);
+        dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, site), seq_ids, T, C, d, p,
+                            keep.data());
+        dropout_apply(ctx, m.y.data(), keep.data(), rs, T * d, m.y.data());
+      }
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+      for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+    };
+    row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data());
+    dropout_residual(kDropProj, A.keep_proj);
 
     // ---- MLP ----
     ensure(A.xhat2, T * d);
@@ -395,14 +399,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       }
     }
     row_linear_forward(tp_, A.g.data(), T, fl, P(I.fc2), d, P(I.fc2b), m.y.data());
-    if (m.dropout_on) {
-      ensure(A.keep_fc2, T * d);
-      dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, kDropFc2), seq_ids, T, C, d, p,
-                          A.keep_fc2.data());
-      dropout_apply(ctx, m.y.data(), A.keep_fc2.data(), rs, T * d, m.y.data());
-    }
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-    for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+    dropout_residual(kDropFc2, A.keep_fc2);
   }
 
   // ---- final LN, tied LM head, vocab-parallel cross-entropy ----
