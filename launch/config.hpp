@@ -59,11 +59,17 @@ struct RunSection {
   std::int64_t threads = 0;               // OpenMP threads per rank; 0: cores / ranks
   std::string resume = "none";            // auto | none | PATH
   std::string isa = "auto";               // auto | scalar | avx2 | avx512 (never changes bits)
+  std::int64_t stop_at = 0;  // stop after this step as if preempted (0: run all run.steps)
 };
 
 struct CkptSection {
-  std::int64_t interval = 0;  // 0: only at the end
-  std::int64_t keep = 0;      // 0: keep all
+  std::int64_t interval = 0;           // 0: only at the end
+  std::int64_t keep = 0;               // 0: keep all
+  bool save = true;                    // write checkpoints at all
+  bool async = false;                  // background writer (snapshot in memory)
+  bool load_optim = true;              // resume: load AdamW moments (false: start them at zero)
+  bool load_data = true;               // resume: load the data order state (false: restart it)
+  bool allow_contract_change = false;  // resume across determinism / reduce_block changes
 };
 
 struct VerifySection {
@@ -77,8 +83,9 @@ struct NumericsSection {
 };
 
 struct DebugSection {
-  std::string perturb;  // OPNAME: change the reduction order inside that op
-  std::string bitflip;  // RANK:STEP:TENSOR
+  std::string perturb;       // OPNAME: change the reduction order inside that op
+  std::string bitflip;       // RANK:STEP:TENSOR
+  std::string kill_in_save;  // RANK:STEP: that rank dies after its first shard of that save
 };
 
 struct Config {

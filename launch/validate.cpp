@@ -1,5 +1,6 @@
 #include "launch/validate.hpp"
 
+#include <cstdio>
 #include <string>
 
 #include "runtime/error.hpp"
@@ -75,18 +76,31 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   need(c.numerics.reduce_block >= 1, "numerics.reduce_block must be >= 1");
   need(c.ckpt.interval >= 0 && c.ckpt.keep >= 0, "ckpt.interval and ckpt.keep must be >= 0");
   need(c.verify.replica_check_interval >= 0, "verify.replica_check_interval must be >= 0");
-  // Keys of features that have not landed yet are reserved: a non-default value is refused
-  // rather than silently ignored.
-  const std::string later = " is not implemented yet (reserved for ";
-  need(c.run.resume == "none",
-       "run.resume = '" + c.run.resume + "'" + later + "the checkpoint issue); leave it 'none'");
-  need(c.ckpt.interval == 0 && c.ckpt.keep == 0,
-       "ckpt.interval / ckpt.keep" + later + "the checkpoint issue)");
-  need(c.verify.hash == "lockstep",
-       "verify.hash = '" + c.verify.hash + "'" + later + "the verify issue)");
-  need(c.verify.ops.empty(), "verify.ops" + later + "the verify issue)");
-  need(c.debug.perturb.empty() && c.debug.bitflip.empty(),
-       "debug.perturb / debug.bitflip" + later + "the verify issue)");
+  need(!c.run.resume.empty(), "run.resume must be auto, none or a checkpoint path");
+  need(c.run.stop_at >= 0, "run.stop_at must be >= 0 (0: off)");
+  if (!c.verify.ops.empty()) {
+    long long first = 0, last = 0;
+    char tail = 0;
+    need(std::sscanf(c.verify.ops.c_str(), "%lld-%lld%c", &first, &last, &tail) == 2 &&
+             first >= 1 && first <= last,
+         "verify.ops = '" + c.verify.ops + "' is not a step range A-B with 1 <= A <= B");
+  }
+  if (!c.debug.bitflip.empty()) {
+    long long rank = 0, step = 0;
+    char name[256] = {0};
+    need(std::sscanf(c.debug.bitflip.c_str(), "%lld:%lld:%255s", &rank, &step, name) == 3 &&
+             rank >= 0 && rank < world_size && step >= 1,
+         "debug.bitflip = '" + c.debug.bitflip +
+             "' is not RANK:STEP:TENSOR with 0 <= RANK < ranks and STEP >= 1");
+  }
+  if (!c.debug.kill_in_save.empty()) {
+    long long rank = 0, step = 0;
+    char tail = 0;
+    need(std::sscanf(c.debug.kill_in_save.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 &&
+             rank >= 0 && rank < world_size && step >= 1,
+         "debug.kill_in_save = '" + c.debug.kill_in_save +
+             "' is not RANK:STEP with 0 <= RANK < ranks and STEP >= 1");
+  }
   return p;
 }
 

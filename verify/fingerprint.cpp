@@ -163,4 +163,14 @@ std::uint64_t torch_xor_hash(const Tensor& t) {
   fail(t.describe() + ": no torch_xor_hash for this dtype");
 }
 
+std::uint64_t fingerprint(const StatePiece& piece) {
+  check_piece(piece);
+  std::uint64_t sum = 0;
+  for_each_run(piece, [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
+    sum += fingerprint_range(piece.name, std::span<const float>(piece.data + local, len),
+                             static_cast<std::uint64_t>(logical));
+  });
+  return sum;
+}
+
 }  // namespace lockstep

@@ -29,6 +29,7 @@
 #include <span>
 #include <string_view>
 
+#include "runtime/state_piece.hpp"
 #include "runtime/tensor.hpp"
 
 namespace lockstep {
@@ -59,6 +60,10 @@ std::uint64_t fingerprint_range(std::string_view name, std::span<const std::int3
                                 std::uint64_t first = 0);
 std::uint64_t fingerprint_range(std::string_view name, std::span<const std::uint16_t> data,
                                 std::uint64_t first = 0);
+
+// The contribution of a state piece (runtime/state_piece.hpp) under its name, whatever its
+// owner flag (callers sum owner pieces only).
+std::uint64_t fingerprint(const StatePiece& piece);
 
 // torch.hash_tensor(t, mode=0) semantics (see above); 0 for an empty tensor.
 std::uint64_t torch_xor_hash(const Tensor& t);

@@ -142,14 +142,20 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
   REQUIRE_FALSE(holds(c, 1, "G1"));
 }
 
-TEST_CASE("keys of features not implemented yet are refused, not ignored") {
-  for (const char* set : {"run.resume=auto", "ckpt.interval=10", "verify.ops=1-2",
-                          "debug.perturb=layers.0.mlp.fc1.fwd", "verify.hash=torch-xor"}) {
+TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
+  for (const char* set : {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2",
+                          "run.resume=", "debug.bitflip=0:1", "debug.bitflip=7:1:param/x",
+                          "run.stop_at=-1", "debug.kill_in_save=0", "ckpt.interval=-1"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
-    const auto problems = config_problems(c, 1);
-    REQUIRE(problems.size() == 1);
-    REQUIRE(problems[0].find("not implemented yet") != std::string::npos);
+    REQUIRE(config_problems(c, 2).size() == 1);
+  }
+  for (const char* set : {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/x",
+                          "debug.kill_in_save=1:2", "ckpt.interval=5", "run.stop_at=3"}) {
+    Config c = tiny();
+    apply_override(c, set);
+    INFO(set);
+    REQUIRE(config_problems(c, 2).empty());
   }
 }
