@@ -11,6 +11,20 @@
 namespace lockstep {
 
 std::uint64_t xxh3_64(const void* data, std::size_t bytes);
+// Streaming XXH3-64: update() over consecutive pieces, then digest() equals xxh3_64 of their
+// concatenation (checkpoints hash a shard and its chunks in one pass over memory).
+class Xxh3Stream {
+ public:
+  Xxh3Stream();
+  ~Xxh3Stream();
+  Xxh3Stream(const Xxh3Stream&) = delete;
+  Xxh3Stream& operator=(const Xxh3Stream&) = delete;
+  void update(const void* data, std::size_t bytes);
+  std::uint64_t digest() const;
+
+ private:
+  void* state_;  // XXH3_state_t
+};
 // 16 lowercase hex digits.
 std::string hex64(std::uint64_t v);
 
