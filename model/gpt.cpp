@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <span>
 #include <string>
 
@@ -31,6 +32,148 @@ void ensure(Mask& b, std::int64_t n) {
 }
 std::span<float> sp(Buf& b) {
   return std::span<float>(b.data(), b.size());
+}
+
+// ---- op names (gpt.hpp) --------------------------------------------------------------------
+enum GlobalOp : int {
+  kEmbedFwd,
+  kFinalLnFwd,
+  kHeadFwd,
+  kLossFwd,
+  kLossSumFwd,
+  kLossBwd,
+  kHeadWgrad,
+  kHeadDgrad,
+  kFinalLnBwd,
+  kFinalLnWgrad,
+  kFinalLnBgrad,
+  kPosWgrad,
+  kEmbedWgrad,
+  kGlobalOps
+};
+constexpr const char* kGlobalOpName[kGlobalOps] = {
+    "embed.lookup.fwd", "final_ln.fwd",    "head.fwd",          "loss.fwd",     "loss.sum.fwd",
+    "loss.bwd",         "head.wgrad",      "head.dgrad",        "final_ln.bwd", "final_ln.wgrad",
+    "final_ln.bgrad",   "pos_embed.wgrad", "embed.lookup.wgrad"};
+enum LayerOp : int {
+  kLn1Fwd,
+  kQFwd,
+  kKFwd,
+  kVFwd,
+  kScoresFwd,
+  kSoftmaxFwd,
+  kAttnDropFwd,
+  kPvFwd,
+  kProjFwd,
+  kAttnResFwd,
+  kLn2Fwd,
+  kFc1Fwd,
+  kGeluFwd,
+  kFc2Fwd,
+  kMlpResFwd,  // forward
+  kFc2Wgrad,
+  kFc2Bgrad,
+  kFc2Dgrad,
+  kGeluBwd,
+  kFc1Wgrad,
+  kFc1Bgrad,
+  kFc1Dgrad,
+  kLn2Bwd,
+  kLn2Wgrad,
+  kLn2Bgrad,
+  kProjWgrad,
+  kProjBgrad,
+  kProjDgrad,
+  kDvBwd,
+  kDqBwd,
+  kDkBwd,
+  kQWgrad,
+  kQBgrad,
+  kKWgrad,
+  kKBgrad,
+  kVWgrad,
+  kVBgrad,
+  kQDgrad,
+  kKDgrad,
+  kVDgrad,
+  kLn1Bwd,
+  kLn1Wgrad,
+  kLn1Bgrad,
+  kLayerOps
+};
+constexpr int kFirstLayerBwdOp = kFc2Wgrad;
+constexpr const char* kLayerOpName[kLayerOps] = {
+    "ln1.fwd",          "attn.q.fwd",       "attn.k.fwd",      "attn.v.fwd",    "attn.scores.fwd",
+    "attn.softmax.fwd", "attn.dropout.fwd", "attn.pv.fwd",     "attn.proj.fwd", "attn.residual.fwd",
+    "ln2.fwd",          "mlp.fc1.fwd",      "mlp.gelu.fwd",    "mlp.fc2.fwd",   "mlp.residual.fwd",
+    "mlp.fc2.wgrad",    "mlp.fc2.bgrad",    "mlp.fc2.dgrad",   "mlp.gelu.bwd",  "mlp.fc1.wgrad",
+    "mlp.fc1.bgrad",    "mlp.fc1.dgrad",    "ln2.bwd",         "ln2.wgrad",     "ln2.bgrad",
+    "attn.proj.wgrad",  "attn.proj.bgrad",  "attn.proj.dgrad", "attn.dv.bwd",   "attn.dq.bwd",
+    "attn.dk.bwd",      "attn.q.wgrad",     "attn.q.bgrad",    "attn.k.wgrad",  "attn.k.bgrad",
+    "attn.v.wgrad",     "attn.v.bgrad",     "attn.q.dgrad",    "attn.k.dgrad",  "attn.v.dgrad",
+    "ln1.bwd",          "ln1.wgrad",        "ln1.bgrad"};
+
+bool global_perturbable(int op) {
+  return op == kHeadFwd || op == kHeadWgrad || op == kHeadDgrad;
+}
+bool layer_perturbable(int op) {
+  switch (op) {
+    case kQFwd:
+    case kKFwd:
+    case kVFwd:
+    case kScoresFwd:
+    case kPvFwd:
+    case kProjFwd:
+    case kFc1Fwd:
+    case kFc2Fwd:
+    case kFc2Wgrad:
+    case kFc2Dgrad:
+    case kFc1Wgrad:
+    case kFc1Dgrad:
+    case kProjWgrad:
+    case kProjDgrad:
+    case kQWgrad:
+    case kKWgrad:
+    case kVWgrad:
+    case kQDgrad:
+    case kKDgrad:
+    case kVDgrad:
+      return true;
+    default:
+      return false;
+  }
+}
+// Whether a layer op is recorded with this config (linear bias grads need biases, the
+// attention-probability dropout needs dropout > 0).
+bool layer_op_present(const ModelConfig& cfg, int op) {
+  switch (op) {
+    case kFc2Bgrad:
+    case kFc1Bgrad:
+    case kProjBgrad:
+    case kQBgrad:
+    case kKBgrad:
+    case kVBgrad:
+      return cfg.bias;
+    case kAttnDropFwd:
+      return cfg.dropout > 0.0f;
+    default:
+      return true;
+  }
+}
+std::string layer_op_name(std::int64_t l, int op) {
+  return "layers." + std::to_string(l) + "." + kLayerOpName[op];
+}
+
+std::span<const float> cs(const float* p, std::int64_t n) {
+  return std::span<const float>(p, static_cast<std::size_t>(n));
+}
+std::span<const float> cs(const Buf& b) {
+  return std::span<const float>(b.data(), b.size());
+}
+// Token ids and labels enter the op trace as their bytes (the trace hashes bytes).
+std::span<const float> id_bytes(const std::int32_t* p, std::int64_t n) {
+  static_assert(sizeof(float) == sizeof(std::int32_t));
+  return std::span<const float>(reinterpret_cast<const float*>(p), static_cast<std::size_t>(n));
 }
 
 struct LayerIdx {
@@ -63,12 +206,14 @@ struct LayerActs {
 //  and fix-ups (a chain's omitted terms are +-0.0 too). fast mode skips checks and fix-ups.
 class CausalGemms {
  public:
-  CausalGemms(const TpContext& tp, std::int64_t C, int B)
+  // perturbed (debug.perturb): the canonical GEMM with block tp.perturbed_block().
+  CausalGemms(const TpContext& tp, std::int64_t C, int B, bool perturbed = false)
       : tp_(tp),
         C_(C),
-        B_(B),
+        B_(perturbed ? tp.perturbed_block() : B),
         exact_(tp.mode() != Determinism::fast),
-        tree_(tp.mode() == Determinism::invariant) {
+        perturbed_(perturbed),
+        tree_(perturbed || tp.mode() == Determinism::invariant) {
     rows_ = B_;
     while (rows_ < 64) rows_ += B_;
     if (rows_ >= C_) rows_ = C_;
@@ -81,8 +226,8 @@ class CausalGemms {
           float* S) const {
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
       const std::int64_t r1 = std::min(C_, r0 + rows_);
-      tp_.gemm(Trans::N, Trans::T, r1 - r0, r1, hd, Q + r0 * ldq, ldq, K, ldk, S + r0 * C_, C_,
-               true);
+      tp_.gemm(perturbed_, Trans::N, Trans::T, r1 - r0, r1, hd, Q + r0 * ldq, ldq, K, ldk,
+               S + r0 * C_, C_, true);
     }
   }
 
@@ -90,17 +235,18 @@ class CausalGemms {
   void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy) const {
     if (exact_ && !finite(X, n, ldx)) {
-      tp_.gemm(Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
+      tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
       return;
     }
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
       const std::int64_t r1 = std::min(C_, r0 + rows_);
-      tp_.gemm(Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx, Y + r0 * ldy, ldy,
-               true);
+      tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
+               Y + r0 * ldy, ldy, true);
       if (!exact_ || r1 == C_) continue;
       for (std::int64_t i = r0; i < r1; ++i)
         if (has_zero(Y + i * ldy, n))
-          tp_.gemm(Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy, ldy, true);
+          tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
+                   ldy, true);
     }
   }
 
@@ -113,7 +259,7 @@ class CausalGemms {
       const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
       float* y = Y + j0 * ldy;
       if (full || m == 0) {
-        tp_.gemm(Trans::T, Trans::N, j1 - j0, n, C_, A + j0, lda, X, ldx, y, ldy, true);
+        tp_.gemm(perturbed_, Trans::T, Trans::N, j1 - j0, n, C_, A + j0, lda, X, ldx, y, ldy, true);
         continue;
       }
       if (tree_) {
@@ -122,13 +268,14 @@ class CausalGemms {
         tree(s, 0, nb, y, ldy, 0);
       } else {
         const std::int64_t k0 = m * B_;
-        tp_.gemm(Trans::T, Trans::N, j1 - j0, n, C_ - k0, A + k0 * lda + j0, lda, X + k0 * ldx, ldx,
-                 y, ldy, true);
+        tp_.gemm(perturbed_, Trans::T, Trans::N, j1 - j0, n, C_ - k0, A + k0 * lda + j0, lda,
+                 X + k0 * ldx, ldx, y, ldy, true);
       }
       if (!exact_) continue;
       for (std::int64_t j = j0; j < j1; ++j)
         if (has_zero(Y + j * ldy, n))
-          tp_.gemm(Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy, true);
+          tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
+                   true);
     }
   }
 
@@ -146,8 +293,8 @@ class CausalGemms {
     if (hi <= s.m) return false;
     if (lo >= s.m) {
       const std::int64_t k0 = lo * B_, k1 = std::min(C_, hi * B_);
-      tp_.gemm(Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda, s.X + k0 * s.ldx,
-               s.ldx, out, ldo, true);
+      tp_.gemm(perturbed_, Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda,
+               s.X + k0 * s.ldx, s.ldx, out, ldo, true);
       return true;
     }
     std::int64_t p = 1;
@@ -178,7 +325,9 @@ class CausalGemms {
   const TpContext& tp_;
   std::int64_t C_;
   std::int64_t B_;
-  bool exact_, tree_;
+  bool exact_;
+  bool perturbed_;
+  bool tree_;
   std::int64_t rows_ = 0;
 };
 }  // namespace
@@ -196,7 +345,91 @@ struct Gpt::Impl {
   std::vector<LayerActs> acts;
   // backward scratch
   Buf dh, dy, dbig, dsmall, qkv_part, dq, dk, dv, dhf, ln_scratch, attn_scratch;
+  // op trace (gpt.hpp): names and perturb flags by op id (global ops, then kLayerOps per
+  // layer); rec: the observer records this forward/backward; copies of in-place inputs.
+  OpObserver* obs = nullptr;
+  std::vector<std::string> op_name;
+  std::vector<char> op_perturb;
+  bool rec = false;
+  Buf rec_a, rec_b, rec_scores;
+
+  static int id(std::int64_t layer, int op) {
+    return kGlobalOps + static_cast<int>(layer) * kLayerOps + op;
+  }
+  bool pt(int id) const { return !op_perturb.empty() && op_perturb[id]; }
+  void record(int id, std::initializer_list<std::span<const float>> in,
+              std::span<const float> out) const {
+    obs->record(op_name[id], std::span<const std::span<const float>>(in.begin(), in.size()), out);
+  }
+  // rec_x = copy of b (an in-place op's input), only while recording.
+  void save(Buf& rec_x, const float* b, std::int64_t n) {
+    ensure(rec_x, n);
+    std::copy_n(b, n, rec_x.data());
+  }
 };
+
+std::vector<OpName> op_names(const ModelConfig& cfg) {
+  std::vector<OpName> out;
+  auto global = [&](int op) { out.push_back({kGlobalOpName[op], global_perturbable(op)}); };
+  auto layer = [&](std::int64_t l, int op) {
+    if (layer_op_present(cfg, op)) out.push_back({layer_op_name(l, op), layer_perturbable(op)});
+  };
+  global(kEmbedFwd);
+  for (std::int64_t l = 0; l < cfg.layers; ++l)
+    for (int op = 0; op < kFirstLayerBwdOp; ++op) layer(l, op);
+  for (int op = kFinalLnFwd; op <= kFinalLnBgrad; ++op) global(op);
+  for (std::int64_t l = cfg.layers - 1; l >= 0; --l)
+    for (int op = kFirstLayerBwdOp; op < kLayerOps; ++op) layer(l, op);
+  global(kPosWgrad);
+  global(kEmbedWgrad);
+  out.push_back({"dp.reduce", true});
+  return out;
+}
+
+void check_perturb_op(const ModelConfig& cfg, const std::string& name) {
+  std::string nearest;
+  std::size_t best = std::string::npos;
+  for (const OpName& op : op_names(cfg)) {
+    if (op.name == name) {
+      check(op.perturbable,
+            "debug.perturb = '" + name + "': this op has no reduction order to change",
+            "perturb a GEMM op (.fwd/.wgrad/.dgrad of a linear layer or head, attn.scores.fwd, "
+            "attn.pv.fwd) or dp.reduce; `lockstep verify ops CONFIG` lists them");
+      return;
+    }
+    if (!op.perturbable) continue;
+    // Edit distance (names are short).
+    std::vector<std::size_t> row(op.name.size() + 1);
+    for (std::size_t j = 0; j < row.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= name.size(); ++i) {
+      std::size_t diag = row[0];
+      row[0] = i;
+      for (std::size_t j = 1; j <= op.name.size(); ++j) {
+        const std::size_t up = row[j];
+        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (name[i - 1] != op.name[j - 1])});
+        diag = up;
+      }
+    }
+    if (row.back() < best) best = row.back(), nearest = op.name;
+  }
+  fail("debug.perturb = '" + name + "' is not an op of this model",
+       "did you mean '" + nearest + "'? `lockstep verify ops CONFIG` lists every op name");
+}
+
+void Gpt::set_observer(OpObserver* observer) {
+  Impl& m = *impl_;
+  m.obs = observer;
+  m.op_name.clear();
+  m.op_perturb.clear();
+  if (!observer) return;
+  const int n = kGlobalOps + static_cast<int>(cfg_.layers) * kLayerOps;
+  m.op_name.resize(static_cast<std::size_t>(n));
+  m.op_perturb.assign(static_cast<std::size_t>(n), 0);
+  for (int op = 0; op < kGlobalOps; ++op) m.op_name[op] = kGlobalOpName[op];
+  for (std::int64_t l = 0; l < cfg_.layers; ++l)
+    for (int op = 0; op < kLayerOps; ++op) m.op_name[Impl::id(l, op)] = layer_op_name(l, op);
+  for (int i = 0; i < n; ++i) m.op_perturb[i] = observer->perturb(m.op_name[i]) ? 1 : 0;
+}
 
 Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx)
     : cfg_(cfg),
@@ -279,6 +512,10 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
   m.train = train;
   m.dropout_on = train && cfg_.dropout > 0.0f;
   const float p = cfg_.dropout, rs = m.dropout_on ? 1.0f / (1.0f - p) : 1.0f;
+  m.rec = m.obs && m.obs->recording();
+  auto pp = [&](int i) {
+    return i < 0 ? std::span<const float>() : cs(params_[i].data<float>(), params_[i].numel());
+  };
   m.seq_ids.assign(seq_ids, seq_ids + mb);
   m.pos_of.resize(static_cast<std::size_t>(T));
   for (std::int64_t t = 0; t < T; ++t) m.pos_of[t] = static_cast<std::int32_t>(t % C);
@@ -303,6 +540,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
                         m.keep0.data());
     dropout_apply(ctx, m.h.data(), m.keep0.data(), rs, T * d, m.h.data());
   }
+  if (m.rec) m.record(kEmbedFwd, {pp(m.embed), pp(m.pos), id_bytes(tokens, T)}, cs(m.h));
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int B = ctx.reduce_block;
@@ -314,12 +552,19 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     ensure(A.a1, T * d);
     layernorm_forward(ctx, m.h.data(), T, d, P(I.ln1w), P(I.ln1b), cfg_.ln_eps, A.xhat1.data(),
                       A.rstd1.data(), A.a1.data());
+    if (m.rec) m.record(Impl::id(l, kLn1Fwd), {cs(m.h), pp(I.ln1w), pp(I.ln1b)}, cs(A.a1));
     ensure(A.q, T * dl);
     ensure(A.k, T * dl);
     ensure(A.v, T * dl);
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.q), dl, P(I.qb), A.q.data());
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.k), dl, P(I.kb), A.k.data());
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.v), dl, P(I.vb), A.v.data());
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.q), dl, P(I.qb), A.q.data(),
+                          m.pt(Impl::id(l, kQFwd)));
+    if (m.rec) m.record(Impl::id(l, kQFwd), {cs(A.a1), pp(I.q), pp(I.qb)}, cs(A.q));
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.k), dl, P(I.kb), A.k.data(),
+                          m.pt(Impl::id(l, kKFwd)));
+    if (m.rec) m.record(Impl::id(l, kKFwd), {cs(A.a1), pp(I.k), pp(I.kb)}, cs(A.k));
+    column_linear_forward(tp_, A.a1.data(), T, d, P(I.v), dl, P(I.vb), A.v.data(),
+                          m.pt(Impl::id(l, kVFwd)));
+    if (m.rec) m.record(Impl::id(l, kVFwd), {cs(A.a1), pp(I.v), pp(I.vb)}, cs(A.v));
 
     // ---- attention per (sequence, local head) ----
     ensure(A.probs, mb * Hl * C * C);
@@ -330,7 +575,10 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     }
     const std::uint64_t attn_stream = dropout_stream(step, l + 1, kDropAttn);
     const bool drop = m.dropout_on;
-    const CausalGemms cg(tp_, C, B);
+    const CausalGemms cg_s(tp_, C, B, m.pt(Impl::id(l, kScoresFwd)));
+    const CausalGemms cg_o(tp_, C, B, m.pt(Impl::id(l, kPvFwd)));
+    if (m.rec) ensure(m.rec_scores, mb * Hl * C * C);
+    float* scores_copy = m.rec ? m.rec_scores.data() : nullptr;
 #pragma omp parallel num_threads(ctx.threads)
     {
       const KernelCtx ctx1 = tp_.kernel1();
@@ -341,7 +589,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
         const float* K = A.k.data() + b * C * dl + hh * hd;
         const float* V = A.v.data() + b * C * dl + hh * hd;
         float* S = A.probs.data() + bh * C * C;
-        cg.nt(hd, Q, dl, K, dl, S);
+        cg_s.nt(hd, Q, dl, K, dl, S);
+        if (scores_copy) std::copy_n(S, C * C, scores_copy + bh * C * C);
         softmax_causal_rows(tp_.kernel1(), S, C, 0, C, scale);
         const float* Pv = S;
         if (drop) {
@@ -362,12 +611,19 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
           Pv = Pd;
         }
         float* O = A.o.data() + b * C * dl + hh * hd;
-        cg.prefix(hd, Pv, C, V, dl, O, dl);
+        cg_o.prefix(hd, Pv, C, V, dl, O, dl);
       }
+    }
+    if (m.rec) {
+      m.record(Impl::id(l, kScoresFwd), {cs(A.q), cs(A.k)}, cs(m.rec_scores));
+      m.record(Impl::id(l, kSoftmaxFwd), {cs(m.rec_scores)}, cs(A.probs));
+      if (drop) m.record(Impl::id(l, kAttnDropFwd), {cs(A.probs)}, cs(A.probs_d));
+      m.record(Impl::id(l, kPvFwd), {drop ? cs(A.probs_d) : cs(A.probs), cs(A.v)}, cs(A.o));
     }
     // ---- proj (row-parallel) + dropout + residual ----
     // h += dropout(y) at `site`, its keep mask stored for backward.
-    auto dropout_residual = [&](int site, Mask& keep) {
+    auto dropout_residual = [&](int site, Mask& keep, int rec_id) {
+      if (m.rec) m.save(m.rec_a, m.h.data(), T * d);
       if (m.dropout_on) {
         ensure(keep, T * d);
         dropout_keep_tokens(ctx, seed_, dropout_stream(step, l + 1, site), seq_ids, T, C, d, p,
@@ -376,9 +632,12 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       }
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
       for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
+      if (m.rec) m.record(rec_id, {cs(m.rec_a), cs(m.y)}, cs(m.h));
     };
-    row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data());
-    dropout_residual(kDropProj, A.keep_proj);
+    row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data(),
+                       m.pt(Impl::id(l, kProjFwd)));
+    if (m.rec) m.record(Impl::id(l, kProjFwd), {cs(A.o), pp(I.proj), pp(I.projb)}, cs(m.y));
+    dropout_residual(kDropProj, A.keep_proj, Impl::id(l, kAttnResFwd));
 
     // ---- MLP ----
     ensure(A.xhat2, T * d);
@@ -386,9 +645,12 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     ensure(A.a2, T * d);
     layernorm_forward(ctx, m.h.data(), T, d, P(I.ln2w), P(I.ln2b), cfg_.ln_eps, A.xhat2.data(),
                       A.rstd2.data(), A.a2.data());
+    if (m.rec) m.record(Impl::id(l, kLn2Fwd), {cs(m.h), pp(I.ln2w), pp(I.ln2b)}, cs(A.a2));
     ensure(A.u, T * fl);
     ensure(A.g, T * fl);
-    column_linear_forward(tp_, A.a2.data(), T, d, P(I.fc1), fl, P(I.fc1b), A.u.data());
+    column_linear_forward(tp_, A.a2.data(), T, d, P(I.fc1), fl, P(I.fc1b), A.u.data(),
+                          m.pt(Impl::id(l, kFc1Fwd)));
+    if (m.rec) m.record(Impl::id(l, kFc1Fwd), {cs(A.a2), pp(I.fc1), pp(I.fc1b)}, cs(A.u));
     {
       const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
       const KernelCtx ctx1 = tp_.kernel1();
@@ -398,8 +660,11 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
         math::gelu_tanh(ctx1, A.u.data() + lo, A.g.data() + lo, len);
       }
     }
-    row_linear_forward(tp_, A.g.data(), T, fl, P(I.fc2), d, P(I.fc2b), m.y.data());
-    dropout_residual(kDropFc2, A.keep_fc2);
+    if (m.rec) m.record(Impl::id(l, kGeluFwd), {cs(A.u)}, cs(A.g));
+    row_linear_forward(tp_, A.g.data(), T, fl, P(I.fc2), d, P(I.fc2b), m.y.data(),
+                       m.pt(Impl::id(l, kFc2Fwd)));
+    if (m.rec) m.record(Impl::id(l, kFc2Fwd), {cs(A.g), pp(I.fc2), pp(I.fc2b)}, cs(m.y));
+    dropout_residual(kDropFc2, A.keep_fc2, Impl::id(l, kMlpResFwd));
   }
 
   // ---- final LN, tied LM head, vocab-parallel cross-entropy ----
@@ -408,15 +673,26 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
   ensure(m.hf, T * d);
   layernorm_forward(ctx, m.h.data(), T, d, P(m.lnfw), P(m.lnfb), cfg_.ln_eps, m.xhatf.data(),
                     m.rstdf.data(), m.hf.data());
+  if (m.rec) m.record(kFinalLnFwd, {cs(m.h), pp(m.lnfw), pp(m.lnfb)}, cs(m.hf));
   ensure(m.logits, T * vl);
-  tp_.gemm(Trans::N, Trans::T, T, vl, d, m.hf.data(), d, P(m.embed), d, m.logits.data(), vl);
+  tp_.gemm(m.pt(kHeadFwd), Trans::N, Trans::T, T, vl, d, m.hf.data(), d, P(m.embed), d,
+           m.logits.data(), vl);
+  if (m.rec) {
+    m.record(kHeadFwd, {cs(m.hf), pp(m.embed)}, cs(m.logits));
+    m.save(m.rec_b, m.logits.data(), T * vl);
+  }
   ensure(m.cmax, T);
   ensure(m.csumexp, T);
   ensure(m.ce_scratch, 2 * T);
   ensure(m.loss_tok, T);
   vocab_parallel_ce_forward(tp_, m.logits.data(), labels, T, cfg_.vocab, m.cmax.data(),
                             m.csumexp.data(), m.ce_scratch.data(), m.loss_tok.data());
-  return csum(m.loss_tok.data(), T, B);
+  const float loss = csum(m.loss_tok.data(), T, B);
+  if (m.rec) {
+    m.record(kLossFwd, {cs(m.rec_b), id_bytes(labels, T)}, cs(m.loss_tok));
+    m.record(kLossSumFwd, {cs(m.loss_tok)}, cs(&loss, 1));
+  }
+  return loss;
 }
 
 void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale) {
@@ -430,20 +706,44 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
   const int B = ctx.reduce_block;
   auto P = [&](int i) { return i < 0 ? nullptr : params_[i].data<float>(); };
   auto G = [&](int i, int term = 0) { return i < 0 ? nullptr : grads_[i][term].data<float>(); };
+  m.rec = m.obs && m.obs->recording();
+  auto pp = [&](int i) {
+    return i < 0 ? std::span<const float>() : cs(params_[i].data<float>(), params_[i].numel());
+  };
+  auto gg = [&](int i, int term = 0) {
+    return i < 0 ? std::span<const float>() : cs(G(i, term), grads_[i][term].numel());
+  };
+  // Records a linear layer's weight and bias gradients (dy: its output gradient, x: input).
+  auto rec_wb = [&](std::int64_t l, int wop, int bop, const float* dy, std::int64_t ny,
+                    const float* x, std::int64_t nx, int w, int b) {
+    m.record(Impl::id(l, wop), {cs(dy, ny), cs(x, nx)}, gg(w));
+    if (b >= 0) m.record(Impl::id(l, bop), {cs(dy, ny)}, gg(b));
+  };
 
   // ---- cross-entropy and tied LM head ----
+  if (m.rec) m.save(m.rec_b, m.logits.data(), T * vl);
   vocab_parallel_ce_backward(tp_, m.logits.data(), m.csumexp.data(), labels, T, cfg_.vocab,
                              loss_scale);
+  if (m.rec) m.record(kLossBwd, {cs(m.rec_b), cs(m.csumexp), id_bytes(labels, T)}, cs(m.logits));
   const float* dlog = m.logits.data();
-  tp_.gemm(Trans::T, Trans::N, vl, d, T, dlog, vl, m.hf.data(), d, G(m.embed, 0), d);
+  tp_.gemm(m.pt(kHeadWgrad), Trans::T, Trans::N, vl, d, T, dlog, vl, m.hf.data(), d, G(m.embed, 0),
+           d);
+  if (m.rec) m.record(kHeadWgrad, {cs(m.logits), cs(m.hf)}, gg(m.embed, 0));
   ensure(m.dhf, T * d);
-  tp_.gemm(Trans::N, Trans::N, T, d, vl, dlog, vl, P(m.embed), d, m.dhf.data(), d);
+  tp_.gemm(m.pt(kHeadDgrad), Trans::N, Trans::N, T, d, vl, dlog, vl, P(m.embed), d, m.dhf.data(),
+           d);
   copy_to_tp_backward(tp_, sp(m.dhf));
+  if (m.rec) m.record(kHeadDgrad, {cs(m.logits), pp(m.embed)}, cs(m.dhf));
   ensure(m.dh, T * d);
   ensure(m.dy, T * d);
   ensure(m.ln_scratch, T * d);
   layernorm_backward(ctx, m.dhf.data(), m.xhatf.data(), m.rstdf.data(), P(m.lnfw), T, d,
                      m.dh.data(), false, G(m.lnfw), G(m.lnfb), m.ln_scratch.data());
+  if (m.rec) {
+    m.record(kFinalLnBwd, {cs(m.dhf), cs(m.xhatf), cs(m.rstdf), pp(m.lnfw)}, cs(m.dh));
+    m.record(kFinalLnWgrad, {cs(m.dhf), cs(m.xhatf)}, gg(m.lnfw));
+    m.record(kFinalLnBgrad, {cs(m.dhf)}, gg(m.lnfb));
+  }
 
   ensure(m.dbig, T * fl);
   ensure(m.dsmall, T * dl);
@@ -468,8 +768,13 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       dropout_apply(ctx, m.dh.data(), A.keep_fc2.data(), rs, T * d, m.dy.data());
       dy = m.dy.data();
     }
-    row_linear_backward(tp_, A.g.data(), dy, T, fl, P(I.fc2), d, G(I.fc2), G(I.fc2b),
-                        m.dbig.data());
+    row_linear_backward(tp_, A.g.data(), dy, T, fl, P(I.fc2), d, G(I.fc2), G(I.fc2b), m.dbig.data(),
+                        m.pt(Impl::id(l, kFc2Wgrad)), m.pt(Impl::id(l, kFc2Dgrad)));
+    if (m.rec) {
+      rec_wb(l, kFc2Wgrad, kFc2Bgrad, dy, T * d, A.g.data(), T * fl, I.fc2, I.fc2b);
+      m.record(Impl::id(l, kFc2Dgrad), {cs(dy, T * d), pp(I.fc2)}, cs(m.dbig));
+      m.save(m.rec_a, m.dbig.data(), T * fl);
+    }
     {
       // du = dg * gelu'(u), gelu' staged in g's slot of the scratch row by row.
       const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
@@ -486,11 +791,23 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
         }
       }
     }
+    if (m.rec) m.record(Impl::id(l, kGeluBwd), {cs(m.rec_a), cs(A.u)}, cs(m.dbig));
     column_linear_backward(tp_, A.a2.data(), m.dbig.data(), T, d, P(I.fc1), fl, G(I.fc1), G(I.fc1b),
-                           m.dy.data());
+                           m.dy.data(), m.pt(Impl::id(l, kFc1Wgrad)), m.pt(Impl::id(l, kFc1Dgrad)));
     copy_to_tp_backward(tp_, sp(m.dy));
+    if (m.rec) {
+      rec_wb(l, kFc1Wgrad, kFc1Bgrad, m.dbig.data(), T * fl, A.a2.data(), T * d, I.fc1, I.fc1b);
+      m.record(Impl::id(l, kFc1Dgrad), {cs(m.dbig), pp(I.fc1)}, cs(m.dy));
+      m.save(m.rec_a, m.dh.data(), T * d);
+    }
     layernorm_backward(ctx, m.dy.data(), A.xhat2.data(), A.rstd2.data(), P(I.ln2w), T, d,
                        m.dh.data(), true, G(I.ln2w), G(I.ln2b), m.ln_scratch.data());
+    if (m.rec) {
+      m.record(Impl::id(l, kLn2Bwd), {cs(m.dy), cs(A.xhat2), cs(A.rstd2), pp(I.ln2w), cs(m.rec_a)},
+               cs(m.dh));
+      m.record(Impl::id(l, kLn2Wgrad), {cs(m.dy), cs(A.xhat2)}, gg(I.ln2w));
+      m.record(Impl::id(l, kLn2Bgrad), {cs(m.dy)}, gg(I.ln2b));
+    }
 
     // ---- attention branch ----
     dy = m.dh.data();
@@ -499,7 +816,12 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       dy = m.dy.data();
     }
     row_linear_backward(tp_, A.o.data(), dy, T, dl, P(I.proj), d, G(I.proj), G(I.projb),
-                        m.dsmall.data());
+                        m.dsmall.data(), m.pt(Impl::id(l, kProjWgrad)),
+                        m.pt(Impl::id(l, kProjDgrad)));
+    if (m.rec) {
+      rec_wb(l, kProjWgrad, kProjBgrad, dy, T * d, A.o.data(), T * dl, I.proj, I.projb);
+      m.record(Impl::id(l, kProjDgrad), {cs(dy, T * d), pp(I.proj)}, cs(m.dsmall));
+    }
     const bool drop = m.dropout_on;
 #pragma omp parallel num_threads(nth)
     {
@@ -530,17 +852,42 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
         cg.suffix(hd, dP, C, Q, dl, m.dk.data() + off, dl, tree_tmp);
       }
     }
+    if (m.rec) {
+      const std::span<const float> attn_in[] = {
+          cs(m.dsmall), cs(A.q), cs(A.k), cs(A.v), cs(A.probs), drop ? cs(A.probs_d) : cs(A.probs)};
+      m.obs->record(m.op_name[Impl::id(l, kDvBwd)], attn_in, cs(m.dv));
+      m.obs->record(m.op_name[Impl::id(l, kDqBwd)], attn_in, cs(m.dq));
+      m.obs->record(m.op_name[Impl::id(l, kDkBwd)], attn_in, cs(m.dk));
+    }
     float* pq = m.qkv_part.data();
     float* pk = pq + T * d;
     float* pv = pk + T * d;
-    column_linear_backward(tp_, A.a1.data(), m.dq.data(), T, d, P(I.q), dl, G(I.q), G(I.qb), pq);
-    column_linear_backward(tp_, A.a1.data(), m.dk.data(), T, d, P(I.k), dl, G(I.k), G(I.kb), pk);
-    column_linear_backward(tp_, A.a1.data(), m.dv.data(), T, d, P(I.v), dl, G(I.v), G(I.vb), pv);
+    column_linear_backward(tp_, A.a1.data(), m.dq.data(), T, d, P(I.q), dl, G(I.q), G(I.qb), pq,
+                           m.pt(Impl::id(l, kQWgrad)), m.pt(Impl::id(l, kQDgrad)));
+    if (m.rec) rec_wb(l, kQWgrad, kQBgrad, m.dq.data(), T * dl, A.a1.data(), T * d, I.q, I.qb);
+    column_linear_backward(tp_, A.a1.data(), m.dk.data(), T, d, P(I.k), dl, G(I.k), G(I.kb), pk,
+                           m.pt(Impl::id(l, kKWgrad)), m.pt(Impl::id(l, kKDgrad)));
+    if (m.rec) rec_wb(l, kKWgrad, kKBgrad, m.dk.data(), T * dl, A.a1.data(), T * d, I.k, I.kb);
+    column_linear_backward(tp_, A.a1.data(), m.dv.data(), T, d, P(I.v), dl, G(I.v), G(I.vb), pv,
+                           m.pt(Impl::id(l, kVWgrad)), m.pt(Impl::id(l, kVDgrad)));
+    if (m.rec) rec_wb(l, kVWgrad, kVBgrad, m.dv.data(), T * dl, A.a1.data(), T * d, I.v, I.vb);
     copy_to_tp_backward(tp_, sp(m.qkv_part));
+    if (m.rec) {
+      m.record(Impl::id(l, kQDgrad), {cs(m.dq), pp(I.q)}, cs(pq, T * d));
+      m.record(Impl::id(l, kKDgrad), {cs(m.dk), pp(I.k)}, cs(pk, T * d));
+      m.record(Impl::id(l, kVDgrad), {cs(m.dv), pp(I.v)}, cs(pv, T * d));
+      m.save(m.rec_a, m.dh.data(), T * d);
+    }
 #pragma omp parallel for num_threads(nth) schedule(static)
     for (std::int64_t e = 0; e < T * d; ++e) m.dy[e] = (pq[e] + pk[e]) + pv[e];
     layernorm_backward(ctx, m.dy.data(), A.xhat1.data(), A.rstd1.data(), P(I.ln1w), T, d,
                        m.dh.data(), true, G(I.ln1w), G(I.ln1b), m.ln_scratch.data());
+    if (m.rec) {
+      m.record(Impl::id(l, kLn1Bwd), {cs(m.dy), cs(A.xhat1), cs(A.rstd1), pp(I.ln1w), cs(m.rec_a)},
+               cs(m.dh));
+      m.record(Impl::id(l, kLn1Wgrad), {cs(m.dy), cs(A.xhat1)}, gg(I.ln1w));
+      m.record(Impl::id(l, kLn1Bgrad), {cs(m.dy)}, gg(I.ln1b));
+    }
   }
 
   // ---- embedding: dx0 = dropout'(dh); position and lookup grads over tokens ----
@@ -551,6 +898,10 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
   }
   token_row_grad(ctx, m.pos_of.data(), T, dx0, d, d, 0, C, G(m.pos));
   token_row_grad(ctx, tokens, T, dx0, d, d, vl * tp_.rank(), vl, G(m.embed, 1));
+  if (m.rec) {
+    m.record(kPosWgrad, {cs(dx0, T * d)}, gg(m.pos));
+    m.record(kEmbedWgrad, {cs(dx0, T * d), id_bytes(tokens, T)}, gg(m.embed, 1));
+  }
 }
 
 }  // namespace lockstep

@@ -49,10 +49,35 @@
 //
 // deterministic mode: GemmImpl::chain and vendor MPI_Allreduce for TP reductions (G1/G2);
 // fast: fastest_gemm_impl() + vendor. The csums stay canonical in every mode (they are cheap).
+//
+// Op trace and debug.perturb (set_observer, runtime/op_observer.hpp): while the observer is
+// recording, every op of forward and backward records itself under a run-independent name
+// (op_names() lists them in record order): "embed.lookup.fwd" (token + position embedding +
+// dropout), per layer "layers.{i}." + ln1.fwd, attn.{q,k,v}.fwd, attn.scores.fwd (Q K^T),
+// attn.softmax.fwd, attn.dropout.fwd (dropout > 0), attn.pv.fwd, attn.proj.fwd,
+// attn.residual.fwd (h + dropout(proj)), ln2.fwd, mlp.fc1.fwd, mlp.gelu.fwd, mlp.fc2.fwd,
+// mlp.residual.fwd; then final_ln.fwd, head.fwd (logits), loss.fwd (per-token CE),
+// loss.sum.fwd (the microbatch's loss csum); backward: loss.bwd, head.wgrad, head.dgrad,
+// final_ln.{bwd,wgrad,bgrad}, per layer (last first) mlp.fc2.{wgrad,bgrad,dgrad},
+// mlp.gelu.bwd, mlp.fc1.{wgrad,bgrad,dgrad}, ln2.{bwd,wgrad,bgrad},
+// attn.proj.{wgrad,bgrad,dgrad}, attn.{dv,dq,dk}.bwd, attn.{q,k,v}.{wgrad,bgrad,dgrad},
+// ln1.{bwd,wgrad,bgrad}; then pos_embed.wgrad and embed.lookup.wgrad (bgrad only with
+// biases). ".dgrad" is an input-gradient GEMM (recorded after its TP reduction), ".wgrad" a
+// weight-gradient GEMM (this microbatch's subtree). Inputs are every float buffer the op reads
+// (parameters, activations, saved statistics; token ids and labels as their bytes; dropout
+// masks are not inputs: they are functions of (seed, step, coordinates)). In-place ops record
+// a copy of their input taken before they run. Recording never changes a result; when the
+// observer is not recording each op costs one branch.
+// debug.perturb=NAME (observer->perturb(NAME)): the GEMM of that op runs as the canonical GEMM
+// with block TpContext::perturbed_block() = max(1, B/4): the same products summed in another
+// order over K (another tree whenever K > B/4). Perturbable ops: every
+// linear .fwd/.wgrad/.dgrad (attn.q/k/v/proj, mlp.fc1/fc2, head) and attn.scores.fwd,
+// attn.pv.fwd; op_names() marks them (plus "dp.reduce", parallel/dp_grad.hpp).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "model/config.hpp"
@@ -61,9 +86,22 @@
 #include "runtime/determinism.hpp"
 #include "runtime/grid.hpp"
 #include "runtime/isa.hpp"
+#include "runtime/op_observer.hpp"
 #include "runtime/tensor.hpp"
 
 namespace lockstep {
+
+struct OpName {
+  std::string name;
+  bool perturbable = false;  // debug.perturb can act on it
+};
+// Every op name a training step records with this model config, in record order of one
+// microbatch (forward, then backward), followed by "dp.reduce" (parallel/dp_grad.hpp). The
+// optimizer's ops are the trainer's.
+std::vector<OpName> op_names(const ModelConfig& cfg);
+// Throws lockstep::Error unless `name` is a perturbable op of this config (the message names
+// the nearest op name and how to list them).
+void check_perturb_op(const ModelConfig& cfg, const std::string& name);
 
 // grads[i][k]: term k (named table()[i].terms[k]) of parameter i, local shard shape.
 using GradTerms = std::vector<std::vector<Tensor>>;
@@ -108,6 +146,10 @@ class Gpt {
 
   // Per-token losses of the last forward ([mb * context]).
   const std::vector<float>& token_losses() const;
+
+  // The op trace / debug.perturb hook (see the header comment); nullptr: none. Not owned;
+  // it must outlive every later forward/backward. Which ops are perturbed is read here.
+  void set_observer(OpObserver* observer);
 
  private:
   struct Impl;

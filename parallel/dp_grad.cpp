@@ -1,5 +1,6 @@
 #include "parallel/dp_grad.hpp"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -13,10 +14,48 @@ GradReducer::GradReducer(std::int64_t len, Determinism mode)
 
 void GradReducer::reset() {
   counter_.clear();
+  n_leaves_ = 0;
+}
+
+bool GradReducer::keep_leaves() const {
+  return observer_ && (observer_->recording() || observer_->perturb(kOpName));
 }
 
 void GradReducer::push_microbatch(const float* grads) {
   counter_.push(grads);
+  if (keep_leaves()) {
+    if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
+    leaves_[n_leaves_++].assign(grads, grads + len_);
+  }
+}
+
+void GradReducer::perturbed_sum(const Communicator& dp, std::span<float> out) const {
+  check(n_leaves_ == counter_.leaves(),
+        "GradReducer: debug.perturb=dp.reduce was switched on in the middle of a step",
+        "set the observer before the first push_microbatch of a step");
+  const std::int64_t total = n_leaves_ * dp.size();
+  check(total >= 4,
+        "debug.perturb=dp.reduce: the DP group holds only " + std::to_string(total) +
+            " microbatch gradient(s); with fewer than 4 the chain is the canonical tree ((a + b) "
+            "+ c) and every order of two gives the same bits",
+        "use more microbatches per step (smaller parallel.microbatch or larger data.global_batch)");
+  std::vector<float> mine(static_cast<std::size_t>(n_leaves_ * len_));
+  for (std::int64_t i = 0; i < n_leaves_; ++i)
+    std::copy(leaves_[i].begin(), leaves_[i].end(), mine.begin() + i * len_);
+  std::vector<float> all(static_cast<std::size_t>(total * len_));
+  allgather(dp, mine, all);
+  std::copy_n(all.data(), len_, out.data());
+  for (std::int64_t l = 1; l < total; ++l) {
+    const float* x = all.data() + l * len_;
+    for (std::int64_t e = 0; e < len_; ++e) out[e] = out[e] + x[e];
+  }
+}
+
+void GradReducer::record(std::span<const float> out) const {
+  if (!observer_ || !observer_->recording()) return;
+  std::vector<std::span<const float>> in;
+  for (std::int64_t i = 0; i < n_leaves_; ++i) in.emplace_back(leaves_[i]);
+  observer_->record(kOpName, in, out);
 }
 
 void GradReducer::allreduce(const Communicator& dp, std::span<float> out) const {
@@ -25,8 +64,13 @@ void GradReducer::allreduce(const Communicator& dp, std::span<float> out) const 
             std::to_string(len_) + "-float gradient");
   check(counter_.leaves() > 0, "GradReducer: no microbatch was pushed this step",
         "call push_microbatch() for every microbatch before reducing");
-  counter_.result(out.data());
-  allreduce_sum(mode_, dp, out);
+  if (observer_ && observer_->perturb(kOpName)) {
+    perturbed_sum(dp, out);
+  } else {
+    counter_.result(out.data());
+    allreduce_sum(mode_, dp, out);
+  }
+  record(out);
 }
 
 void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) const {
@@ -37,8 +81,15 @@ void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) c
   check(counter_.leaves() > 0, "GradReducer: no microbatch was pushed this step",
         "call push_microbatch() for every microbatch before reducing");
   std::vector<float> merged(static_cast<std::size_t>(len_));
-  counter_.result(merged.data());
-  reduce_scatter_sum(mode_, dp, merged, out);
+  if (observer_ && observer_->perturb(kOpName)) {
+    perturbed_sum(dp, merged);
+    const std::int64_t seg = len_ / dp.size();
+    std::copy_n(merged.data() + dp.rank() * seg, seg, out.data());
+  } else {
+    counter_.result(merged.data());
+    reduce_scatter_sum(mode_, dp, merged, out);
+  }
+  record(out);
 }
 
 }  // namespace lockstep

@@ -9,14 +9,27 @@
 // number of whole token blocks (launch/validate.hpp states when). In deterministic and fast
 // modes the microbatches are merged by the same counter and ranks by MPI_Allreduce /
 // MPI_Reduce_scatter_block: fixed for a layout, not across layouts.
+// Op trace (set_observer, runtime/op_observer.hpp): the reduction records itself as the op
+// "dp.reduce" with inputs = this rank's microbatch gradient buffers (the leaves, in push
+// order) and output = this rank's reduced buffer (the whole gradient, or its ZeRO segment).
+// debug.perturb=dp.reduce replaces the canonical combination by a left-to-right chain over
+// all leaves of all DP ranks in (rank, microbatch) order, computed identically on every rank
+// (the leaves are allgathered): another association of the same sum, as a nondeterministic
+// reduction would give. It needs at least 4 leaves in the DP group (with 3 the canonical tree
+// is the chain (a + b) + c, with 2 every order gives a + b), else it refuses to run
+// (lockstep::Error).
+// Leaves are copied only while recording or perturbing; otherwise the cost is one branch.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <string_view>
+#include <vector>
 
 #include "runtime/comm.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/determinism.hpp"
+#include "runtime/op_observer.hpp"
 
 namespace lockstep {
 
@@ -39,10 +52,23 @@ class GradReducer {
   // size len / dp.size() (len must be a multiple of dp.size(); pad the flat buffer).
   void reduce_scatter(const Communicator& dp, std::span<float> out) const;
 
+  // The op trace / fault-injection hook (nullptr: none). Not owned.
+  void set_observer(OpObserver* observer) { observer_ = observer; }
+  static constexpr std::string_view kOpName = "dp.reduce";
+
  private:
+  bool keep_leaves() const;
+  // debug.perturb: out (len floats) = chain over every rank's leaves in (rank, microbatch)
+  // order; collective over dp.
+  void perturbed_sum(const Communicator& dp, std::span<float> out) const;
+  void record(std::span<const float> out) const;
+
   std::int64_t len_;
   Determinism mode_;
   BinaryCounter counter_;
+  OpObserver* observer_ = nullptr;
+  std::vector<std::vector<float>> leaves_;  // copies, only while recording or perturbing
+  std::int64_t n_leaves_ = 0;
 };
 
 }  // namespace lockstep

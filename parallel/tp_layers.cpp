@@ -26,6 +26,15 @@ void TpContext::gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::in
   lockstep::gemm(single_thread ? kernel1() : ctx_, impl_, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
+void TpContext::gemm(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+                     std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                     std::int64_t ldb, float* C, std::int64_t ldc, bool single_thread) const {
+  if (!perturbed) return gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, single_thread);
+  KernelCtx k = single_thread ? kernel1() : ctx_;
+  k.reduce_block = perturbed_block();
+  lockstep::gemm(k, GemmImpl::canonical, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
 void TpContext::allreduce_sum(std::span<float> buf) const {
   if (size_ == 1) return;
   lockstep::allreduce_sum(mode_, grid_->tp_comm(), buf);
@@ -52,32 +61,37 @@ void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t 
 }
 
 void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
-                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l) {
-  tp.gemm(Trans::N, Trans::T, T, out_l, in, X, in, W_l, in, Y_l, out_l);
+                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l,
+                           bool perturb) {
+  tp.gemm(perturb, Trans::N, Trans::T, T, out_l, in, X, in, W_l, in, Y_l, out_l);
   if (b_l) add_bias_rows(tp.kernel(), Y_l, T, out_l, out_l, b_l);
 }
 
 void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
                             std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
-                            float* db_l, float* dX_partial) {
-  tp.gemm(Trans::T, Trans::N, out_l, in, T, dY_l, out_l, X, in, dW_l, in);
+                            float* db_l, float* dX_partial, bool perturb_wgrad,
+                            bool perturb_dgrad) {
+  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out_l, in, T, dY_l, out_l, X, in, dW_l, in);
   if (db_l) csum_rows(tp.kernel(), dY_l, T, out_l, out_l, db_l);
-  if (dX_partial) tp.gemm(Trans::N, Trans::N, T, in, out_l, dY_l, out_l, W_l, in, dX_partial, in);
+  if (dX_partial)
+    tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in, out_l, dY_l, out_l, W_l, in, dX_partial, in);
 }
 
 void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
-                        const float* W_l, std::int64_t out, const float* b, float* Y) {
-  tp.gemm(Trans::N, Trans::T, T, out, in_l, X_l, in_l, W_l, in_l, Y, out);
+                        const float* W_l, std::int64_t out, const float* b, float* Y,
+                        bool perturb) {
+  tp.gemm(perturb, Trans::N, Trans::T, T, out, in_l, X_l, in_l, W_l, in_l, Y, out);
   reduce_from_tp_forward(tp, std::span<float>(Y, static_cast<std::size_t>(T * out)));
   if (b) add_bias_rows(tp.kernel(), Y, T, out, out, b);
 }
 
 void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
                          std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
-                         float* db, float* dX_l) {
-  tp.gemm(Trans::T, Trans::N, out, in_l, T, dY, out, X_l, in_l, dW_l, in_l);
+                         float* db, float* dX_l, bool perturb_wgrad, bool perturb_dgrad) {
+  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out, in_l, T, dY, out, X_l, in_l, dW_l, in_l);
   if (db) csum_rows(tp.kernel(), dY, T, out, out, db);
-  if (dX_l) tp.gemm(Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, in_l);
+  if (dX_l)
+    tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, in_l);
 }
 
 }  // namespace lockstep

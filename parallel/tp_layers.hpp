@@ -16,8 +16,14 @@
 // fastest_gemm_impl() + vendor allreduce. With TP=1 (or no grid) nothing is communicated.
 // Weight and bias gradients are OVERWRITTEN (they are one microbatch's subtree over tokens:
 // canonical GEMM TN over the microbatch's tokens; csum_rows for biases).
+// debug.perturb (runtime/op_observer.hpp): the `perturb` flags below make one GEMM run as the
+// canonical GEMM with block TpContext::perturbed_block() = max(1, B/4) instead of this mode's
+// GEMM: the same products summed in another order over K (any K > B/4 gets another tree than
+// both the canonical GEMM with block B and the chain), as a nondeterministic kernel would
+// give. Off by default.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -40,12 +46,18 @@ class TpContext {
   // The same context with threads = 1 (for GEMMs called inside parallel loops).
   KernelCtx kernel1() const { return KernelCtx{ctx_.isa, 1, ctx_.reduce_block}; }
   GemmImpl gemm_impl() const { return impl_; }
+  // The block of a perturbed op's canonical GEMM (debug.perturb; see the header comment).
+  int perturbed_block() const { return std::max(1, ctx_.reduce_block / 4); }
   const Grid* grid() const { return grid_; }
 
   // C = op(A) op(B) with this mode's GEMM (see runtime/gemm.hpp).
   void gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K, const float* A,
             std::int64_t lda, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
             bool single_thread = false) const;
+  // The same, or with perturbed = true the perturbed GEMM (debug.perturb).
+  void gemm(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K,
+            const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
+            std::int64_t ldc, bool single_thread = false) const;
   // Sum over TP ranks in place (tree in invariant mode, vendor otherwise); no-op at TP=1.
   void allreduce_sum(std::span<float> buf) const;
   // Exact elementwise max over TP ranks in place (max is order-free; MPI_MAX), then every
@@ -73,22 +85,26 @@ inline void reduce_from_tp_forward(const TpContext& tp, std::span<float> x) {
 
 // ---- column-parallel linear: Y_l[T, out_l] = X[T, in] . W_l[out_l, in]^T (+ b_l) -----------
 void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
-                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l);
+                           const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l,
+                           bool perturb = false);
 // dW_l = dY_l^T X (overwritten); db_l = csum_rows(dY_l) if db_l; dX_partial = dY_l . W_l
 // (overwritten, this rank's partial: the caller completes it with copy_to_tp_backward, which
 // lets several column-parallel layers that read the same X share one allreduce).
 void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
                             std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
-                            float* db_l, float* dX_partial);
+                            float* db_l, float* dX_partial, bool perturb_wgrad = false,
+                            bool perturb_dgrad = false);
 
 // ---- row-parallel linear: Y[T, out] = reduce_TP(X_l[T, in_l] . W_l[out, in_l]^T) (+ b) ------
 void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
-                        const float* W_l, std::int64_t out, const float* b, float* Y);
+                        const float* W_l, std::int64_t out, const float* b, float* Y,
+                        bool perturb = false);
 // dW_l = dY^T X_l; db = csum_rows(dY) if db; dX_l = dY . W_l (all overwritten; dY is replicated,
 // so the backward needs no communication).
 void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
                          std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
-                         float* db, float* dX_l);
+                         float* db, float* dX_l, bool perturb_wgrad = false,
+                         bool perturb_dgrad = false);
 
 // Y[t, j] = Y[t, j] + b[j] for T rows of width n (leading dimension ld).
 void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n, std::int64_t ld,
