@@ -73,7 +73,8 @@ struct CkptSection {
 };
 
 struct VerifySection {
-  std::string hash = "lockstep";  // lockstep | torch-xor
+  std::string hash = "lockstep";    // lockstep | torch-xor
+  std::int64_t state_interval = 1;  // fingerprint all state every N steps (0: never)
   std::int64_t replica_check_interval = 1;
   std::string ops;  // "A-B": op trace for steps A..B
 };

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -10,22 +11,26 @@
 #include <thread>
 #include <vector>
 
+#include "checkpoint/checkpoint.hpp"
 #include "launch/gpt_dataset.hpp"
+#include "launch/grad_sync.hpp"
+#include "launch/preemption.hpp"
 #include "launch/sampler.hpp"
+#include "launch/state_trace.hpp"
 #include "launch/validate.hpp"
+#include "lockstep/build_info.hpp"
 #include "model/gpt.hpp"
 #include "model/param_table.hpp"
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"
-#include "optim/grad_norm.hpp"
 #include "optim/lr_schedule.hpp"
-#include "parallel/dp_grad.hpp"
-#include "parallel/zero.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
 #include "runtime/grid.hpp"
+#include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
+#include "verify/op_trace.hpp"
 #include "verify/trace.hpp"
 
 namespace lockstep {
@@ -53,154 +58,33 @@ ModelConfig model_config(const config::Config& c) {
   return m;
 }
 
-// Where each gradient term of each parameter sits in the flat per-rank gradient buffer.
-struct FlatLayout {
-  std::vector<std::vector<std::int64_t>> offset;  // [param][term]
-  std::int64_t total = 0;
-
-  explicit FlatLayout(const GradTerms& g) {
-    for (const auto& terms : g) {
-      offset.emplace_back();
-      for (const auto& t : terms) {
-        offset.back().push_back(total);
-        total += t.numel();
-      }
-    }
-  }
-  void gather(const GradTerms& g, float* flat) const {
-    for (std::size_t p = 0; p < g.size(); ++p)
-      for (std::size_t t = 0; t < g[p].size(); ++t)
-        std::copy_n(g[p][t].data<float>(), g[p][t].numel(), flat + offset[p][t]);
-  }
-};
-
-// One slice of optimizer work: the elements of one parameter this rank updates.
-struct UpdateSlice {
-  float* param;
-  float* grad;
-  float* m;
-  float* v;
-  std::int64_t n;
-  bool decay;          // weight decay (2-D weights)
-  bool count_in_norm;  // counted by this rank in the global norm (replicas count once)
-};
-
-// Gradient synchronisation and optimizer state for one rank: microbatch subtrees ->
-// canonical DP reduction (allreduce, or ZeRO-1 reduce-scatter) -> terms combined -> the
-// update slices (whole local parameters, or this DP rank's segments under ZeRO) -> after
-// AdamW, ZeRO allgathers the parameters. Both paths give identical bits (parallel/zero.hpp).
-class GradSync {
- public:
-  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
-      : model_(model),
-        grid_(grid),
-        zero_(zero),
-        layout_(model.grads()),
-        part_(numels(model), term_counts(model), grid.dp_size(), grid.dp_rank()),
-        reducer_(zero ? part_.grad_block() * grid.dp_size() : layout_.total, mode) {
-    const ParamTable& table = model.table();
-    auto& params = model.params();
-    flat_.resize(
-        static_cast<std::size_t>(zero ? part_.grad_block() * grid.dp_size() : layout_.total));
-    reduced_.resize(static_cast<std::size_t>(zero ? part_.grad_block() : layout_.total));
-    for (std::size_t p = 0; p < params.size(); ++p) {
-      const std::int64_t n = zero ? part_.owned(p) : params[p].numel();
-      const std::int64_t first = zero ? part_.first(p) : 0;
-      grad_.emplace_back(static_cast<std::size_t>(zero ? part_.segment(p) : n));
-      m_.emplace_back(static_cast<std::size_t>(n));
-      v_.emplace_back(static_cast<std::size_t>(n));
-      const bool counted = table[p].partition_dim >= 0 || grid.tp_rank() == 0;
-      slices_.push_back({params[p].data<float>() + first, grad_.back().data(), m_.back().data(),
-                         v_.back().data(), n, table[p].weight_decay, counted});
-    }
-    if (zero) {
-      param_block_.resize(static_cast<std::size_t>(part_.param_block()));
-      all_params_.resize(static_cast<std::size_t>(part_.param_block() * grid.dp_size()));
-    }
-  }
-
-  void begin_step() { reducer_.reset(); }
-
-  void push_microbatch() {
-    const GradTerms& g = model_.grads();
-    if (zero_) {
-      std::vector<std::vector<const float*>> ptrs;
-      for (const auto& terms : g) {
-        ptrs.emplace_back();
-        for (const auto& t : terms) ptrs.back().push_back(t.data<float>());
-      }
-      part_.pack_grads(ptrs, flat_.data());
-    } else {
-      layout_.gather(g, flat_.data());
-    }
-    reducer_.push_microbatch(flat_.data());
-  }
-
-  void reduce() {
-    if (zero_)
-      reducer_.reduce_scatter(grid_.dp_comm(), reduced_);
-    else
-      reducer_.allreduce(grid_.dp_comm(), reduced_);
-    for (std::size_t p = 0; p < slices_.size(); ++p) {
-      std::vector<const float*> terms;
-      const int nt = static_cast<int>(layout_.offset[p].size());
-      for (int t = 0; t < nt; ++t)
-        terms.push_back(reduced_.data() + (zero_ ? part_.grad_offset(p, t) : layout_.offset[p][t]));
-      combine_grad_terms(terms, slices_[p].n, slices_[p].grad);
-    }
-  }
-
-  // Exact global norm: squares summed exactly over this rank's slices, then over DP (ZeRO
-  // segments) and TP (shards) with integer additions: the same bits on every layout.
-  float grad_norm() const {
-    SquareSumAccumulator sq;
-    for (const auto& sl : slices_)
-      if (sl.count_in_norm) sq.add(std::span<const float>(sl.grad, sl.n));
-    if (zero_) allreduce_square_sum(grid_.dp_comm(), sq);
-    allreduce_square_sum(grid_.tp_comm(), sq);
-    return sq.norm();
-  }
-
-  std::vector<UpdateSlice>& slices() { return slices_; }
-
-  void publish_params() {
-    if (!zero_) return;
-    std::vector<const float*> src;
-    std::vector<float*> dst;
-    for (auto& p : model_.params()) src.push_back(p.data<float>()), dst.push_back(p.data<float>());
-    part_.pack_params(src, param_block_.data());
-    allgather(grid_.dp_comm(), param_block_, all_params_);
-    part_.unpack_params(all_params_.data(), dst);
-  }
-
- private:
-  static std::vector<std::int64_t> numels(Gpt& m) {
-    std::vector<std::int64_t> n;
-    for (const auto& p : m.params()) n.push_back(p.numel());
-    return n;
-  }
-  static std::vector<int> term_counts(Gpt& m) {
-    std::vector<int> t;
-    for (const auto& terms : m.grads()) t.push_back(static_cast<int>(terms.size()));
-    return t;
-  }
-
-  Gpt& model_;
-  const Grid& grid_;
-  bool zero_;
-  FlatLayout layout_;
-  ZeroPartition part_;
-  GradReducer reducer_;
-  std::vector<float> flat_, reduced_, param_block_, all_params_;
-  std::vector<std::vector<float>> grad_, m_, v_;
-  std::vector<UpdateSlice> slices_;
-};
-
 struct RunFiles {
   std::unique_ptr<JsonlWriter> trace, metrics;
 };
 
-RunFiles open_run_dir(const config::Config& cfg) {
+// Keeps the lines of a JSONL file whose "step" is <= last (a resumed run rewrites the
+// steps after its checkpoint). Missing file: nothing to keep.
+void keep_steps_up_to(const std::string& path, std::int64_t last) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= last)
+      kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << kept;
+  out.close();
+  check(out.good(), "cannot rewrite '" + path + "'", "check permissions of run.out");
+  std::filesystem::rename(tmp, path);
+}
+
+// resume_step < 0: a fresh run (files truncated); otherwise lines after it are dropped.
+RunFiles open_run_dir(const config::Config& cfg, std::int64_t resume_step) {
   namespace fs = std::filesystem;
   std::error_code ec;
   fs::create_directories(cfg.run.out, ec);
@@ -211,8 +95,12 @@ RunFiles open_run_dir(const config::Config& cfg) {
   out << config::to_toml(cfg);
   check(out.good(), "cannot write '" + cfg_path + "'", "check permissions of run.out");
   RunFiles f;
-  f.trace = std::make_unique<JsonlWriter>(cfg.run.out + "/trace.jsonl", true);
-  f.metrics = std::make_unique<JsonlWriter>(cfg.run.out + "/metrics.jsonl", true);
+  for (auto [writer, name] :
+       {std::pair{&f.trace, "/trace.jsonl"}, {&f.metrics, "/metrics.jsonl"}}) {
+    const std::string path = cfg.run.out + name;
+    if (resume_step >= 0) keep_steps_up_to(path, resume_step);
+    *writer = std::make_unique<JsonlWriter>(path, resume_step < 0);
+  }
   return f;
 }
 
@@ -223,6 +111,140 @@ std::string fmt_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
   return buf;
+}
+
+// debug.bitflip = RANK:STEP:TENSOR: after the update of STEP, world rank RANK flips the
+// lowest mantissa bit of element 0 of its local copy of parameter TENSOR ("param/<name>"
+// or "<name>"), the way a silent memory error would.
+struct BitFlip {
+  int rank = -1;
+  std::int64_t step = 0;
+  std::size_t param = 0;
+};
+
+BitFlip parse_bitflip(const std::string& spec, const ParamTable& table) {
+  BitFlip b;
+  if (spec.empty()) return b;
+  const auto c1 = spec.find(':'), c2 = spec.find(':', c1 + 1);
+  b.rank = std::stoi(spec.substr(0, c1));
+  b.step = std::stoll(spec.substr(c1 + 1, c2 - c1 - 1));
+  std::string name = spec.substr(c2 + 1);
+  if (name.rfind("param/", 0) == 0) name = name.substr(6);
+  check(table.contains(name),
+        "debug.bitflip names the tensor '" + name + "', which the model lacks",
+        "use a parameter name such as " + table[0].name + " (see trace.jsonl's param/ keys)");
+  b.param = table.index_of(name);
+  return b;
+}
+
+void apply_bitflip(const BitFlip& b, int world_rank, std::int64_t step, Gpt& model) {
+  if (b.rank != world_rank || b.step != step) return;
+  Tensor& t = model.params()[b.param];
+  std::uint32_t bits;
+  std::memcpy(&bits, t.data<float>(), sizeof bits);
+  bits ^= 1u;
+  std::memcpy(t.data<float>(), &bits, sizeof bits);
+  std::fprintf(stderr, "debug.bitflip: rank %d flipped bit 0 of param/%s[0] after step %lld\n",
+               world_rank, model.table()[b.param].name.c_str(), static_cast<long long>(step));
+}
+
+// The resolved config as a flat JSON object {"model.vocab": 256, ...} (key table order).
+nlohmann::ordered_json config_json(const config::Config& cfg_in) {
+  config::Config cfg = cfg_in;
+  nlohmann::ordered_json j;
+  for (const auto& key : config::config_keys())
+    std::visit([&](auto* field) { j[key.name] = *field; }, key.field(cfg));
+  return j;
+}
+
+// meta.json["run"]: everything besides the tensors that the next step depends on, and what
+// a reader needs to know about the run that saved it.
+nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, int world_size,
+                                 const KernelCtx& kctx, std::int64_t step,
+                                 const data::Sampler& sampler, float lr_of_step) {
+  nlohmann::ordered_json r;
+  r["step"] = step;
+  r["consumed_samples"] = sampler.state().consumed_samples;
+  r["contract"] = {{"determinism", cfg.run.determinism},
+                   {"reduce_block", cfg.numerics.reduce_block}};
+  r["layout"] = {{"world", world_size},
+                 {"tp", grid.tp_size()},
+                 {"dp", grid.dp_size()},
+                 {"zero", cfg.parallel.zero},
+                 {"microbatch", cfg.parallel.microbatch},
+                 {"threads", kctx.threads},
+                 {"isa", isa_name(kctx.isa)}};
+  r["sampler"] = sampler.to_json();
+  r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
+  r["lr"] = {
+      {"last", lr_of_step}, {"schedule", cfg.optim.schedule}, {"total_steps", cfg.run.steps}};
+  r["build"] = {{"version", build_info::kVersion},
+                {"compiler", build_info::kCompiler},
+                {"build_type", build_info::kBuildType},
+                {"flags", build_info::kFlags}};
+  r["config"] = config_json(cfg);
+  return r;
+}
+
+// Refuses a resume that cannot continue this run's trajectory (other model, other contract
+// without ckpt.allow_contract_change) and says what a permitted change costs.
+void check_resume(const nlohmann::json& saved, const config::Config& cfg, bool root) {
+  const nlohmann::json& old = saved.at("config");
+  const nlohmann::ordered_json now = config_json(cfg);
+  auto differs = [&](const std::string& key) {
+    return old.contains(key) && old.at(key) != now.at(key);
+  };
+  auto both = [&](const std::string& key) {
+    return key + " = " + old.at(key).dump() + " in the checkpoint, " + now.at(key).dump() + " now";
+  };
+  // Tensor shapes (vocab, context, layers, d_model, ffn, bias) are checked per tensor by
+  // ckpt::load, which names the tensor and both shapes; these change no shape:
+  for (const char* key : {"model.heads", "model.ln_eps"})
+    check(!differs(key), "cannot resume: the model differs: " + both(key),
+          "resume with the model config the checkpoint was saved with (lockstep ckpt inspect)");
+  for (const char* key : {"run.determinism", "numerics.reduce_block"}) {
+    if (!differs(key)) continue;
+    check(cfg.ckpt.allow_contract_change,
+          "cannot resume: the numerical contract differs: " + both(key),
+          "keep the saved value, or --set ckpt.allow_contract_change=true to accept that the "
+          "resumed run leaves the uninterrupted trajectory");
+    if (root)
+      std::printf(
+          "  resume: %s (ckpt.allow_contract_change): G2 no longer holds, the steps "
+          "after the checkpoint differ from an uninterrupted run\n",
+          both(key).c_str());
+  }
+  if (!root) return;
+  for (const char* key : {"run.steps", "data.global_batch", "model.dropout", "optim.lr",
+                          "optim.min_lr", "optim.warmup", "optim.schedule", "optim.weight_decay",
+                          "optim.clip", "optim.beta1", "optim.beta2", "optim.eps"})
+    if (differs(key))
+      std::printf("  resume: note: %s: the trajectory differs from the saved run's\n",
+                  both(key).c_str());
+}
+
+// debug.kill_in_save = RANK:STEP.
+std::pair<int, std::int64_t> parse_kill(const std::string& spec) {
+  if (spec.empty()) return {-1, 0};
+  const auto c = spec.find(':');
+  return {std::stoi(spec.substr(0, c)), std::stoll(spec.substr(c + 1))};
+}
+
+// Records the AdamW update of one slice as the op "<param>.adam.update" (inputs: parameter,
+// gradient, m, v before the update; output: the parameter after).
+void traced_adamw(OpTrace& ops, const std::string& name, const KernelCtx& kctx,
+                  const AdamWHyper& hyper, UpdateSlice& sl) {
+  const auto n = static_cast<std::size_t>(sl.n);
+  if (!ops.recording()) {
+    adamw_step(kctx, hyper, std::span<float>(sl.param, n), std::span<const float>(sl.grad, n),
+               std::span<float>(sl.m, n), std::span<float>(sl.v, n));
+    return;
+  }
+  const std::vector<float> p0(sl.param, sl.param + n), m0(sl.m, sl.m + n), v0(sl.v, sl.v + n);
+  adamw_step(kctx, hyper, std::span<float>(sl.param, n), std::span<const float>(sl.grad, n),
+             std::span<float>(sl.m, n), std::span<float>(sl.v, n));
+  const std::span<const float> in[] = {p0, std::span<const float>(sl.grad, n), m0, v0};
+  ops.record(name + ".adam.update", in, std::span<const float>(sl.param, n));
 }
 
 }  // namespace
@@ -259,8 +281,16 @@ int train(const config::Config& cfg_in, Context& mpi) {
   Gpt model(mcfg, grid, mode, kctx);
   model.init(static_cast<std::uint64_t>(cfg.run.seed));
   const ParamTable& table = model.table();
-  std::vector<Tensor>& params = model.params();
   GradSync sync(model, grid, mode, cfg.parallel.zero);
+  StateTrace state(sync, world, grid, parse_hash_kind(cfg.verify.hash), cfg.verify.state_interval,
+                   cfg.verify.replica_check_interval, kctx.threads);
+  const BitFlip bitflip = parse_bitflip(cfg.debug.bitflip, table);
+  const auto [kill_rank, kill_step] = parse_kill(cfg.debug.kill_in_save);
+  if (!cfg.debug.perturb.empty()) check_perturb_op(mcfg, cfg.debug.perturb);
+  OpTrace ops(
+      OpTraceConfig::from(cfg.run.out + "/ops", world.rank(), cfg.verify.ops, cfg.debug.perturb));
+  model.set_observer(&ops);
+  sync.reducer().set_observer(&ops);
 
   AdamWConfig acfg;
   acfg.beta1 = cfg.optim.beta1;
@@ -276,9 +306,30 @@ int train(const config::Config& cfg_in, Context& mpi) {
   validate(acfg);
   validate(scfg);
 
+  // ---- resume: every piece of state from the checkpoint, resliced to this layout ----------
+  const std::string ckpt_root = cfg.run.out + "/checkpoints";
+  const std::string resume_dir = ckpt::resolve_resume(cfg.run.resume, ckpt_root);
+  std::int64_t start_step = 0;
+  std::string resume_note;
+  if (!resume_dir.empty()) {
+    const ckpt::Meta meta = ckpt::read_meta(resume_dir);
+    check_resume(meta.run, cfg, root);
+    ckpt::load(
+        world, resume_dir, meta, state.checkpoint_pieces(),
+        cfg.ckpt.load_optim ? std::vector<std::string>{} : std::vector<std::string>{"param/"});
+    if (cfg.ckpt.load_data) sampler.restore_json(meta.run.at("sampler"));
+    start_step = meta.step;
+    const auto& lay = meta.run.at("layout");
+    resume_note = "resumed from " + resume_dir + " (step " + std::to_string(start_step) +
+                  ", saved on TP " + lay.at("tp").dump() + " x DP " + lay.at("dp").dump() +
+                  (lay.at("zero").get<bool>() ? " with ZeRO" : "") + ")" +
+                  (cfg.ckpt.load_optim ? "" : ", AdamW moments restarted at zero") +
+                  (cfg.ckpt.load_data ? "" : ", data order restarted");
+  }
+
   RunFiles files;
   if (root) {
-    files = open_run_dir(cfg);
+    files = open_run_dir(cfg, resume_dir.empty() ? -1 : start_step);
     std::printf(
         "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
         "%d thread(s), %s, ISA %s\n",
@@ -295,19 +346,51 @@ int train(const config::Config& cfg_in, Context& mpi) {
                 dataset.source().describe().c_str(), static_cast<long long>(dataset.num_samples()),
                 static_cast<long long>(ctx), static_cast<long long>(G));
     std::printf("  guarantees: %s\n", config::guarantees(cfg, world.size()).summary().c_str());
+    if (!resume_note.empty()) std::printf("  %s\n", resume_note.c_str());
     std::fflush(stdout);
   }
 
+  // ---- checkpoints ------------------------------------------------------------------------
+  ckpt::AsyncSaver async_saver;
+  auto save_checkpoint = [&](std::int64_t at, float lr_of_step) {
+    ckpt::SaveOptions opt;
+    opt.root = ckpt_root;
+    opt.step = at;
+    opt.keep = cfg.ckpt.keep;
+    opt.kill_rank = at == kill_step ? kill_rank : -1;
+    const auto run = run_state(cfg, grid, world.size(), kctx, at, sampler, lr_of_step);
+    const auto t0 = Clock::now();
+    if (cfg.ckpt.async) {
+      async_saver.start(world, opt, state.checkpoint_pieces(), state.checkpoint_fingerprints(),
+                        run);
+      if (root)
+        std::printf("checkpoint step %lld: writing in the background\n",
+                    static_cast<long long>(at));
+    } else {
+      const std::string dir =
+          ckpt::save(world, opt, state.checkpoint_pieces(), state.checkpoint_fingerprints(), run);
+      if (root)
+        std::printf("checkpoint step %lld: %s (%.2f s)\n", static_cast<long long>(at), dir.c_str(),
+                    std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::fflush(stdout);
+  };
+
   // ---- the loop ----------------------------------------------------------------------------
+  PreemptionGuard preemption;
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(mb * ctx)), labels(tokens.size());
   std::vector<std::int64_t> seq_ids(static_cast<std::size_t>(mb));
   const float loss_scale = 1.0f / static_cast<float>(G * ctx);
-  std::vector<std::uint64_t> fps(params.size());
+  const std::int64_t last_step =
+      cfg.run.stop_at > 0 ? std::min(cfg.run.stop_at, cfg.run.steps) : cfg.run.steps;
   const auto t_start = Clock::now();
   double steady_seconds = 0;
   float last_loss = 0;
-  for (std::int64_t step = 1; step <= cfg.run.steps; ++step) {
+  std::int64_t step = start_step;
+  while (step < last_step) {
+    ++step;
     const auto t0 = Clock::now();
+    ops.begin_step(step);
     sync.begin_step();
     BinaryCounter loss_counter(1);
     for (std::int64_t m = 0; m < n_mb; ++m) {
@@ -324,6 +407,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
     const float loss = loss_sum / static_cast<float>(G * ctx);
 
     sync.reduce();  // canonical DP reduction, terms combined: this rank's update slices
+    state.after_reduce(step);
     const float grad_norm = sync.grad_norm();
     if (cfg.optim.clip > 0) {
       const ClipResult clip = clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip));
@@ -331,21 +415,21 @@ int train(const config::Config& cfg_in, Context& mpi) {
         for (auto& sl : sync.slices()) apply_clip(clip, std::span<float>(sl.grad, sl.n));
     }
     const float lr = lr_at(scfg, step);
-    for (auto& sl : sync.slices())
-      adamw_step(kctx, AdamWHyper::at(acfg, lr, step, sl.decay), std::span<float>(sl.param, sl.n),
-                 std::span<const float>(sl.grad, sl.n), std::span<float>(sl.m, sl.n),
-                 std::span<float>(sl.v, sl.n));
+    for (std::size_t p = 0; p < table.size(); ++p) {
+      UpdateSlice& sl = sync.slices()[p];
+      traced_adamw(ops, table[p].name, kctx, AdamWHyper::at(acfg, lr, step, sl.decay), sl);
+    }
+    ops.end_step();
     sync.publish_params();  // ZeRO: allgather the updated parameters
+    apply_bitflip(bitflip, world.rank(), step, model);
     sampler.advance();
 
-    // Layout-invariant fingerprints: shards sum over TP; replicated tensors count once.
-    for (std::size_t p = 0; p < params.size(); ++p)
-      fps[p] = (table[p].partition_dim >= 0 || grid.tp_rank() == 0)
-                   ? fingerprint("param/" + table[p].name, params[p])
-                   : 0;
-    allreduce_u64(grid.tp_comm(), fps, IntOp::sum);
+    // All state fingerprinted over logical tensors (+ the replica guard when due).
+    const Fingerprints fp =
+        state.finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg.run.seed), step + 1),
+                     data_fingerprint(sampler.to_json().dump()));
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    if (step > 1) steady_seconds += secs;
+    if (step > start_step + 1) steady_seconds += secs;
     last_loss = loss;
 
     if (root) {
@@ -355,8 +439,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
       line.grad_norm = grad_norm;
       line.lr = lr;
       line.tokens = step * G * ctx;
-      for (std::size_t p = 0; p < params.size(); ++p)
-        line.fp.emplace_back("param/" + table[p].name, fps[p]);
+      line.fp = fp;
       files.trace->write(line.to_json());
       const double tps = static_cast<double>(G * ctx) / secs;
       nlohmann::ordered_json mj;
@@ -367,8 +450,9 @@ int train(const config::Config& cfg_in, Context& mpi) {
       mj["ms"] = secs * 1e3;
       mj["tokens_per_s"] = tps;
       files.metrics->write(mj.dump());
-      const double eta = (step > 1 ? steady_seconds / static_cast<double>(step - 1) : secs) *
-                         static_cast<double>(cfg.run.steps - step);
+      const std::int64_t done = step - start_step;
+      const double eta = (done > 1 ? steady_seconds / static_cast<double>(done - 1) : secs) *
+                         static_cast<double>(last_step - step);
       std::printf(
           "step %lld/%lld | loss %s | grad_norm %.4f | lr %.3e | %.0f ms | %.0f tok/s | ETA %s\n",
           static_cast<long long>(step), static_cast<long long>(cfg.run.steps),
@@ -376,11 +460,27 @@ int train(const config::Config& cfg_in, Context& mpi) {
           secs * 1e3, tps, fmt_duration(eta).c_str());
       std::fflush(stdout);
     }
+    int signal = 0;
+    const bool preempted = preemption.requested(world, &signal);
+    const bool stop = preempted || step == cfg.run.stop_at;
+    if (cfg.ckpt.save &&
+        (stop || step == cfg.run.steps || (cfg.ckpt.interval > 0 && step % cfg.ckpt.interval == 0)))
+      save_checkpoint(step, lr);
+    if (stop) {
+      if (root)
+        std::printf("%s: stopped after step %lld%s\n",
+                    preempted ? ("signal " + std::to_string(signal)).c_str() : "run.stop_at",
+                    static_cast<long long>(step),
+                    cfg.ckpt.save ? "; continue with --set run.resume=auto" : "");
+      break;
+    }
   }
-  if (root && cfg.run.steps > 0) {
+  const std::string async_dir = async_saver.finish(world);
+  if (root && !async_dir.empty()) std::printf("checkpoint written: %s\n", async_dir.c_str());
+  if (root && step > start_step) {
     const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
     std::printf("done: %lld steps in %s, final loss %s, run directory %s\n",
-                static_cast<long long>(cfg.run.steps), fmt_duration(total).c_str(),
+                static_cast<long long>(step - start_step), fmt_duration(total).c_str(),
                 dec_float(last_loss).c_str(), cfg.run.out.c_str());
   }
   return 0;

@@ -345,7 +345,10 @@ void reduce_scatter_sum(Determinism mode, const Communicator& comm, std::span<co
 }
 
 void allreduce_u64(const Communicator& comm, std::span<std::uint64_t> buf, IntOp op) {
-  const MPI_Op mop = op == IntOp::sum ? MPI_SUM : op == IntOp::max ? MPI_MAX : MPI_MIN;
+  const MPI_Op mop = op == IntOp::sum   ? MPI_SUM
+                     : op == IntOp::max ? MPI_MAX
+                     : op == IntOp::min ? MPI_MIN
+                                        : MPI_BXOR;
   for (std::size_t done = 0; done < buf.size(); done += kMaxCount) {
     const std::size_t c = std::min(kMaxCount, buf.size() - done);
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data() + done, static_cast<int>(c), MPI_UINT64_T, mop,

@@ -85,7 +85,7 @@ void reduce_scatter_sum(Determinism mode, const Communicator& comm, std::span<co
 
 // ---- exact integer reductions (fingerprints, counters) ---------------------------------
 
-enum class IntOp { sum, max, min };  // sum is modulo 2^64, hence order-free and exact
+enum class IntOp { sum, max, min, bxor };  // sum is modulo 2^64: order-free and exact
 void allreduce_u64(const Communicator& comm, std::span<std::uint64_t> buf, IntOp op);
 std::uint64_t allreduce_u64(const Communicator& comm, std::uint64_t value, IntOp op);
 

@@ -6,6 +6,8 @@
 
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
+#include "runtime/isa.hpp"
+#include "verify/fingerprint_kernel.hpp"
 
 namespace lockstep {
 
@@ -44,6 +46,8 @@ std::uint64_t torch_upcast_bits(const char* p) {
 
 template <class T>
 std::uint64_t range_sum(std::uint64_t key, std::span<const T> data, std::uint64_t first) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::fingerprint_f32(key, data.data(), data.size(), first);
   std::uint64_t sum = 0;
   for (std::size_t j = 0; j < data.size(); ++j)
     sum += fingerprint_mix(key ^ (first + j),
@@ -116,6 +120,26 @@ std::uint64_t xor_typed(const Tensor& t) {
 
 }  // namespace
 
+namespace detail {
+
+std::uint64_t fingerprint_f32_scalar(std::uint64_t key, const float* data, std::size_t n,
+                                     std::uint64_t first) {
+  std::uint64_t sum = 0;
+  for (std::size_t j = 0; j < n; ++j)
+    sum += fingerprint_mix(key ^ (first + j),
+                           element_bits<float>(reinterpret_cast<const char*>(data + j)));
+  return sum;
+}
+
+std::uint64_t fingerprint_f32(std::uint64_t key, const float* data, std::size_t n,
+                              std::uint64_t first) {
+  static const bool avx512 = best_isa() == Isa::avx512;
+  return avx512 ? fingerprint_f32_avx512(key, data, n, first)
+                : fingerprint_f32_scalar(key, data, n, first);
+}
+
+}  // namespace detail
+
 std::uint64_t fingerprint_key(std::string_view name) {
   return xxh3_64(name.data(), name.size());
 }
@@ -165,12 +189,19 @@ std::uint64_t torch_xor_hash(const Tensor& t) {
 
 std::uint64_t fingerprint(const StatePiece& piece) {
   check_piece(piece);
+  const std::uint64_t key = fingerprint_key(piece.name);
   std::uint64_t sum = 0;
   for_each_run(piece, [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
-    sum += fingerprint_range(piece.name, std::span<const float>(piece.data + local, len),
-                             static_cast<std::uint64_t>(logical));
+    sum += range_sum(key, std::span<const float>(piece.data + local, static_cast<std::size_t>(len)),
+                     static_cast<std::uint64_t>(logical));
   });
   return sum;
+}
+
+std::uint64_t torch_xor_hash(std::span<const float> data) {
+  std::uint64_t acc = 0;
+  for (const float& x : data) acc ^= torch_upcast_bits<float>(reinterpret_cast<const char*>(&x));
+  return acc;
 }
 
 }  // namespace lockstep

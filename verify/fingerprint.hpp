@@ -67,5 +67,8 @@ std::uint64_t fingerprint(const StatePiece& piece);
 
 // torch.hash_tensor(t, mode=0) semantics (see above); 0 for an empty tensor.
 std::uint64_t torch_xor_hash(const Tensor& t);
+// The same over float32 elements in any order (xor is order-blind): the xor of the values of
+// the owner pieces of all ranks is torch_xor_hash of the logical tensor.
+std::uint64_t torch_xor_hash(std::span<const float> data);
 
 }  // namespace lockstep

@@ -1,0 +1,77 @@
+// Gradient synchronisation and optimizer state of one rank (the middle of DESIGN.md section
+// 4's training step): microbatch subtrees -> canonical DP reduction (tree allreduce, or the
+// ZeRO-1 tree reduce-scatter) -> gradient terms combined -> update slices (whole local
+// parameters, or this DP rank's segments under ZeRO) -> after AdamW, ZeRO allgathers the
+// parameters. It also describes all of this state as StatePieces (runtime/state_piece.hpp)
+// for fingerprints and checkpoints, with exactly one owner rank per logical element.
+// Determinism contract: ZeRO on and off give identical bits (parallel/zero.hpp); the exact
+// global norm is summed with integer additions over DP segments and TP shards, so it is the
+// same on every layout; the state pieces are pure geometry.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.hpp"
+#include "parallel/dp_grad.hpp"
+#include "parallel/zero.hpp"
+#include "runtime/grid.hpp"
+#include "runtime/state_piece.hpp"
+
+namespace lockstep {
+
+// One slice of optimizer work: the elements of one parameter this rank updates.
+struct UpdateSlice {
+  float* param;  // [n] this rank's elements of the local (TP-shard) parameter
+  float* grad;   // [n] reduced, combined gradient of those elements
+  float* m;      // [n] AdamW first moment
+  float* v;      // [n] AdamW second moment
+  std::int64_t n;
+  std::int64_t first;  // first element inside the local parameter (ZeRO segment start)
+  bool decay;          // weight decay (2-D weights)
+  bool count_in_norm;  // counted by this rank in the global norm (replicas count once)
+};
+
+// The state groups of the trace and the checkpoint, in phase order.
+enum class StateKind { grad, adam_m, adam_v, param };
+const char* state_prefix(StateKind k);  // "grad/", "adam_m/", "adam_v/", "param/"
+
+class GradSync {
+ public:
+  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero);
+
+  void begin_step() { reducer_.reset(); }
+  // Adds the model's current gradients (one microbatch) to the step's counter.
+  void push_microbatch();
+  // Canonical DP reduction and term combination: fills the slices' grad.
+  void reduce();
+  // Exact global gradient norm over all slices (collective over DP when ZeRO, and TP).
+  float grad_norm() const;
+  std::vector<UpdateSlice>& slices() { return slices_; }
+  // ZeRO: allgather the updated parameter segments (no-op otherwise).
+  void publish_params();
+  GradReducer& reducer() { return reducer_; }
+  bool zero() const { return zero_; }
+
+  // This rank's pieces of one state group, in parameter-table order, each named
+  // "<prefix><param name>". Owners: TP-replicated tensors are owned by TP rank p % tp;
+  // DP-replicated ones (everything without ZeRO, parameters always) by DP rank p % dp, so
+  // checkpoint writes spread over the ranks.
+  std::vector<StatePiece> pieces(StateKind kind);
+
+ private:
+  Gpt& model_;
+  const Grid& grid_;
+  bool zero_;
+  std::vector<std::vector<std::int64_t>> term_offset_;  // [param][term] in the flat buffer
+  std::int64_t flat_len_ = 0;
+  ZeroPartition part_;
+  GradReducer reducer_;
+  std::vector<float> flat_;     // [dp * grad_block] (ZeRO) or [flat_len]: one microbatch
+  std::vector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]
+  std::vector<float> param_block_, all_params_;   // ZeRO allgather buffers
+  std::vector<std::vector<float>> grad_, m_, v_;  // [param][slice elements]
+  std::vector<UpdateSlice> slices_;
+};
+
+}  // namespace lockstep

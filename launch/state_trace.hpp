@@ -1,0 +1,72 @@
+// The per-step state fingerprints of trace.jsonl (DESIGN.md section 5) and the
+// cross-replica guard (verify.replica_check_interval). Every step, each state group
+// (param/, grad/, adam_m/, adam_v/) is fingerprinted over logical tensors: every rank
+// hashes the pieces it owns (launch/grad_sync.hpp: one owner per logical element), and one
+// integer allreduce over the world adds them up (sum mod 2^64; xor for verify.hash =
+// torch-xor). "rng" and "data" hash the random-stream coordinates and the data-order state.
+// The guard: on its steps every rank hashes all of its local parameters and the DP replicas
+// of each piece compare them with exact integer collectives; a mismatch stops the job with
+// the step, the tensor and the ranks.
+// Determinism contract: the fingerprints are functions of the logical state only, so in
+// invariant mode they are identical on every layout; hashing reads state and never writes it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "launch/grad_sync.hpp"
+#include "runtime/grid.hpp"
+#include "runtime/state_piece.hpp"
+
+namespace lockstep {
+
+enum class HashKind { lockstep, torch_xor };
+HashKind parse_hash_kind(const std::string& s);  // "lockstep" | "torch-xor"
+
+using Fingerprints = std::vector<std::pair<std::string, std::uint64_t>>;
+
+class StateTrace {
+ public:
+  // state_interval: fingerprint the state groups on steps that are multiples of it (0:
+  // never; the trace then has rng and data only); guard_interval likewise for the guard.
+  StateTrace(GradSync& sync, const Communicator& world, const Grid& grid, HashKind kind,
+             std::int64_t state_interval, std::int64_t guard_interval, int threads);
+
+  // Right after the gradient reduction (before clipping): hash the reduced gradients.
+  void after_reduce(std::int64_t step);
+  // After the update: hash parameters and AdamW moments, run the replica guard when due
+  // (throws lockstep::Error on a mismatch), add everything up over the world. Returns the
+  // trace's fp entries in canonical order: param/*, grad/*, adam_m/*, adam_v/*, rng, data.
+  Fingerprints finish(std::int64_t step, std::uint64_t rng_fp, std::uint64_t data_fp);
+
+  // The XXH3-64-style (lockstep) logical fingerprints of the checkpointed groups (param/,
+  // adam_m/, adam_v/) as of the last finish(); computed now if the trace hash is torch-xor.
+  std::map<std::string, std::uint64_t> checkpoint_fingerprints();
+  // The pieces a checkpoint holds: param/*, adam_m/*, adam_v/* (owners flagged).
+  std::vector<StatePiece> checkpoint_pieces();
+
+ private:
+  std::vector<std::uint64_t> hash_local(const std::vector<StatePiece>& pieces, HashKind kind,
+                                        bool owners_only) const;
+  void guard(std::int64_t step, const std::vector<std::uint64_t>& local_param_fps);
+
+  GradSync& sync_;
+  const Communicator& world_;
+  const Grid& grid_;
+  HashKind kind_;
+  std::int64_t state_interval_, guard_interval_;
+  bool state_due_ = false;
+  int threads_;
+  std::vector<StatePiece> grad_, param_, m_, v_;
+  std::vector<std::uint64_t> grad_local_;
+  Fingerprints last_;
+};
+
+// Fingerprints of the random-stream coordinates (seed, next step) and the data order state.
+std::uint64_t rng_fingerprint(std::uint64_t seed, std::int64_t next_step);
+std::uint64_t data_fingerprint(const std::string& sampler_json);
+
+}  // namespace lockstep
