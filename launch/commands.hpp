@@ -21,5 +21,15 @@ Runner add_data(CLI::App& app);
 Runner add_run(CLI::App& app);
 // `lockstep train`: the per-rank training program.
 Runner add_train(CLI::App& app);
+// The experiments (DESIGN.md section 7): resume-check (G2), layout-check (G3), tax (step
+// time per mode), lab (the replay lab).
+Runner add_resume_check(CLI::App& app);
+Runner add_layout_check(CLI::App& app);
+Runner add_tax(CLI::App& app);
+Runner add_lab(CLI::App& app);
+// `lockstep verify compare|bisect|ops`: where two runs first parted (step, tensor, op).
+Runner add_verify(CLI::App& app);
+// `lockstep ckpt inspect|verify|export`: look into, re-hash and export checkpoints.
+Runner add_ckpt(CLI::App& app);
 
 }  // namespace lockstep::cli

@@ -19,6 +19,12 @@ int main(int argc, char** argv) {
   runners["data"] = lockstep::cli::add_data(app);
   runners["run"] = lockstep::cli::add_run(app);
   runners["train"] = lockstep::cli::add_train(app);
+  runners["resume-check"] = lockstep::cli::add_resume_check(app);
+  runners["layout-check"] = lockstep::cli::add_layout_check(app);
+  runners["tax"] = lockstep::cli::add_tax(app);
+  runners["lab"] = lockstep::cli::add_lab(app);
+  runners["verify"] = lockstep::cli::add_verify(app);
+  runners["ckpt"] = lockstep::cli::add_ckpt(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
