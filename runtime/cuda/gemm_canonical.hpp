@@ -1,0 +1,25 @@
+// The invariant-mode GEMM on the GPU: C[M,N] = op(A)[M,K] . op(B)[K,N], row-major, C
+// overwritten, every pointer in device memory, launched on the rank's stream.
+// Determinism contract: runtime/gemm.hpp's `canonical` bit for bit (block chains from -0.0 with
+// FMAs, blocks combined by the tree T): the per-thread body is hd::canonical_gemm_tile
+// (runtime/cuda/gemm_canonical_core.hpp), which tests/unit/test_cuda_gemm_host.cpp holds to
+// lockstep::gemm on the CPU. The launch shape only decides which thread computes which
+// element, so bits depend on neither M, N, tiling nor layout. CUDA cores only (FFMA): tensor
+// cores do not round each product-sum the way an FMA chain does.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "runtime/gemm.hpp"
+
+namespace lockstep::cuda {
+
+// Same argument rules as lockstep::gemm (ta/tb, lda/ldb/ldc minimums); throws lockstep::Error
+// on bad sizes or a K / block too long for the tree counter (2^20 blocks).
+void gemm_canonical(cudaStream_t stream, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+                    std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                    std::int64_t ldb, float* C, std::int64_t ldc, int block);
+
+}  // namespace lockstep::cuda

@@ -1,0 +1,222 @@
+// Kernels and launchers of runtime/cuda/kernels.hpp (Philox fills, LayerNorm, AdamW, embedding
+// backward, the tree-node add of the NCCL collectives). One translation unit on purpose: each
+// .cu costs two device compilations (sm_90a and compute_80) in CI.
+#include "runtime/cuda/kernels.hpp"
+
+#include <string>
+
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/philox_core.hpp"
+#include "runtime/error.hpp"
+
+namespace lockstep::cuda {
+
+namespace {
+
+constexpr int kBlock = 256;
+
+unsigned blocks_for(std::int64_t n, int per_block = kBlock) {
+  const std::int64_t b = (n + per_block - 1) / per_block;
+  check(b <= 0x7fffffff, "cuda kernels: " + std::to_string(n) + " elements need too many blocks",
+        "split the call");
+  return unsigned(b);
+}
+
+// Grid y (at most 65535) covers the columns in chunks of 128 threads.
+unsigned column_chunks(std::int64_t width) {
+  const std::int64_t c = (width + 127) / 128;
+  check(c <= 65535, "cuda kernels: width " + std::to_string(width) + " is too wide",
+        "split the columns");
+  return unsigned(c);
+}
+
+void check_n(std::int64_t n, const char* what) {
+  check(n >= 0, std::string(what) + ": negative size " + std::to_string(n));
+}
+
+__global__ void fill_uniform_kernel(std::uint64_t seed, std::uint64_t sid, std::int64_t first,
+                                    std::int64_t n, float lo, float hi, float* out) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) out[k] = hd::uniform_in(seed, sid, std::uint64_t(first + k), lo, hi);
+}
+
+__global__ void dropout_keep_kernel(std::uint64_t seed, std::uint64_t sid, std::int64_t first,
+                                    std::int64_t n, float p, std::uint8_t* keep) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) keep[k] = hd::dropout_keep(seed, sid, std::uint64_t(first + k), p) ? 1 : 0;
+}
+
+__global__ void layernorm_canonical_kernel(const float* x, std::int64_t T, std::int64_t n,
+                                           const float* w, const float* b, float eps, int block,
+                                           float* xhat, float* rstd, float* y) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < T)
+    hd::layernorm_row_forward(x + t * n, n, w, b, eps, block, xhat + t * n, rstd + t, y + t * n);
+}
+
+__device__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+// One warp per row (8 rows per 256-thread block).
+__global__ void layernorm_fast_kernel(const float* x, std::int64_t T, std::int64_t n,
+                                      const float* w, const float* b, float eps, float* xhat,
+                                      float* rstd, float* y) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+  const int lane = threadIdx.x % 32;
+  if (t >= T) return;
+  const float* xr = x + t * n;
+  float s = 0.0f;
+  for (std::int64_t k = lane; k < n; k += 32) s += xr[k];
+  const float m = __fdiv_rn(warp_sum(s), float(n));
+  float s2 = 0.0f;
+  for (std::int64_t k = lane; k < n; k += 32) {
+    const float c = xr[k] - m;
+    s2 += c * c;
+  }
+  const float rs = __fdiv_rn(1.0f, __fsqrt_rn(__fdiv_rn(warp_sum(s2), float(n)) + eps));
+  if (lane == 0) rstd[t] = rs;
+  for (std::int64_t k = lane; k < n; k += 32) {
+    const float xh = (xr[k] - m) * rs;
+    xhat[t * n + k] = xh;
+    y[t * n + k] = xh * w[k] + b[k];
+  }
+}
+
+__global__ void adamw_kernel(const hd::AdamWScalarsHD s, float* p, const float* g, float* m,
+                             float* v, std::int64_t n) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) hd::adamw_element(s, p[i], g[i], m[i], v[i]);
+}
+
+// Thread (r, c): blockIdx.x picks the row (up to 2^31 - 1 of them), blockIdx.y a chunk of
+// columns, the threads the columns in it (coalesced over c).
+__global__ void embedding_canonical_kernel(const std::int32_t* offsets,
+                                           const std::int32_t* positions, const float* dX,
+                                           std::int64_t width, std::int64_t ld, std::int64_t T,
+                                           int block, float* out) {
+  const std::int64_t r = blockIdx.x;
+  const std::int64_t c = std::int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  const std::int32_t lo = offsets[r], hi = offsets[r + 1];
+  out[r * width + c] = hd::embedding_grad_column(positions + lo, hi - lo, dX, ld, c, T, block);
+}
+
+__global__ void fill_kernel(float* out, std::int64_t n, float value) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = value;
+}
+
+__global__ void embedding_atomic_kernel(const std::int32_t* row_of, std::int64_t T, const float* dX,
+                                        std::int64_t width, std::int64_t ld, std::int64_t row_lo,
+                                        std::int64_t rows, float* out) {
+  const std::int64_t t = blockIdx.x;  // token (grid x: up to 2^31 - 1)
+  const std::int64_t c = std::int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
+  if (c >= width) return;
+  const std::int64_t r = std::int64_t(row_of[t]) - row_lo;
+  if (r < 0 || r >= rows) return;
+  atomicAdd(out + r * width + c, dX[t * ld + c]);
+}
+
+__global__ void tree_add_kernel(const float* lower, const float* upper, float* out,
+                                std::int64_t n) {
+  const std::int64_t i = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = lower[i] + upper[i];
+}
+
+}  // namespace
+
+void fill_uniform(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_id,
+                  std::int64_t first, std::int64_t n, float lo, float hi, float* out) {
+  check_n(n, "cuda::fill_uniform");
+  check(first >= 0, "cuda::fill_uniform: negative first element " + std::to_string(first));
+  if (n == 0) return;
+  fill_uniform_kernel<<<blocks_for(n), kBlock, 0, stream>>>(seed, stream_id, first, n, lo, hi, out);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("fill_uniform_kernel");
+}
+
+void dropout_keep(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_id,
+                  std::int64_t first, std::int64_t n, float p, std::uint8_t* keep) {
+  check_n(n, "cuda::dropout_keep");
+  check(first >= 0, "cuda::dropout_keep: negative first element " + std::to_string(first));
+  if (n == 0) return;
+  dropout_keep_kernel<<<blocks_for(n), kBlock, 0, stream>>>(seed, stream_id, first, n, p, keep);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("dropout_keep_kernel");
+}
+
+void layernorm_forward_canonical(cudaStream_t stream, const float* x, std::int64_t T,
+                                 std::int64_t n, const float* w, const float* b, float eps,
+                                 int block, float* xhat, float* rstd, float* y) {
+  check_n(T, "cuda::layernorm_forward_canonical");
+  check(n >= 1, "cuda::layernorm_forward_canonical: feature count " + std::to_string(n) + " < 1");
+  check(block >= 1, "cuda::layernorm_forward_canonical: reduce_block < 1");
+  check((n + block - 1) / block <= (std::int64_t(1) << hd::kTreeLevels),
+        "cuda::layernorm_forward_canonical: " + std::to_string(n) +
+            " features exceed the tree "
+            "counter's 2^" +
+            std::to_string(hd::kTreeLevels) + " blocks",
+        "raise numerics.reduce_block");
+  if (T == 0) return;
+  // Small blocks: a row per thread, so spread the rows over many SMs.
+  layernorm_canonical_kernel<<<blocks_for(T, 64), 64, 0, stream>>>(x, T, n, w, b, eps, block, xhat,
+                                                                   rstd, y);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_canonical_kernel");
+}
+
+void layernorm_forward_fast(cudaStream_t stream, const float* x, std::int64_t T, std::int64_t n,
+                            const float* w, const float* b, float eps, float* xhat, float* rstd,
+                            float* y) {
+  check_n(T, "cuda::layernorm_forward_fast");
+  check(n >= 1, "cuda::layernorm_forward_fast: feature count " + std::to_string(n) + " < 1");
+  if (T == 0) return;
+  layernorm_fast_kernel<<<blocks_for(T, kBlock / 32), kBlock, 0, stream>>>(x, T, n, w, b, eps, xhat,
+                                                                           rstd, y);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_fast_kernel");
+}
+
+void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,
+                float* m, float* v, std::int64_t n) {
+  check_n(n, "cuda::adamw_step");
+  if (n == 0) return;
+  adamw_kernel<<<blocks_for(n), kBlock, 0, stream>>>(s, param, grad, m, v, n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("adamw_kernel");
+}
+
+void embedding_backward_canonical(cudaStream_t stream, const std::int32_t* offsets,
+                                  const std::int32_t* positions, std::int64_t rows, const float* dX,
+                                  std::int64_t width, std::int64_t ld, std::int64_t T, int block,
+                                  float* out) {
+  check(rows >= 0 && width >= 0 && T >= 0 && ld >= width && block >= 1,
+        "cuda::embedding_backward_canonical: bad sizes rows=" + std::to_string(rows) + " width=" +
+            std::to_string(width) + " ld=" + std::to_string(ld) + " T=" + std::to_string(T));
+  check(rows <= 0x7fffffff, "cuda::embedding_backward_canonical: too many rows");
+  if (rows == 0 || width == 0) return;
+  embedding_canonical_kernel<<<dim3(unsigned(rows), column_chunks(width)), 128, 0, stream>>>(
+      offsets, positions, dX, width, ld, T, block, out);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("embedding_canonical_kernel");
+}
+
+void embedding_backward_atomic(cudaStream_t stream, const std::int32_t* row_of, std::int64_t T,
+                               const float* dX, std::int64_t width, std::int64_t ld,
+                               std::int64_t row_lo, std::int64_t rows, float* out) {
+  check(rows >= 0 && width >= 0 && T >= 0 && ld >= width && T <= 0x7fffffff,
+        "cuda::embedding_backward_atomic: bad sizes");
+  if (rows == 0 || width == 0) return;
+  fill_kernel<<<blocks_for(rows * width), kBlock, 0, stream>>>(out, rows * width, 0.0f);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("fill_kernel");
+  if (T == 0) return;
+  embedding_atomic_kernel<<<dim3(unsigned(T), column_chunks(width)), 128, 0, stream>>>(
+      row_of, T, dX, width, ld, row_lo, rows, out);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("embedding_atomic_kernel");
+}
+
+void tree_add(cudaStream_t stream, const float* lower, const float* upper, float* out,
+              std::int64_t n) {
+  check_n(n, "cuda::tree_add");
+  if (n == 0) return;
+  tree_add_kernel<<<blocks_for(n), kBlock, 0, stream>>>(lower, upper, out, n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("tree_add_kernel");
+}
+
+}  // namespace lockstep::cuda

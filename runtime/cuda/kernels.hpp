@@ -1,0 +1,65 @@
+// Elementwise and row kernels of the CUDA backend, in the pairs Megatron-Core's op catalog
+// uses: a deterministic version with a fixed reduction order (no float atomics) and, where the
+// op reduces across threads, an atomic-based fast version as the determinism-tax baseline.
+// All pointers are device memory; everything runs on `stream`.
+//
+// Determinism contract:
+//   *_canonical / deterministic versions run the host/device bodies of
+//   runtime/cuda/philox_core.hpp and row_ops_core.hpp, which the CPU tests hold to the CPU
+//   kernels bit for bit (fill_uniform, dropout masks, LayerNorm forward, AdamW, embedding
+//   backward); a thread's result never depends on the launch shape.
+//   layernorm_forward_fast: warp-shuffle reductions (a fixed order, so repeatable on one GPU
+//   model, but not the canonical sum: different bits from the CPU).
+//   embedding_backward_atomic: float atomicAdd in whatever order the hardware applies them:
+//   not repeatable; this is the fast-mode baseline only.
+// Not here yet: softmax/attention, GELU and cross-entropy on the device need Lockstep's own
+// exp/log/tanh (runtime/transcendental_impl.hpp) as host/device code (see notes/README-cuda.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include "runtime/cuda/row_ops_core.hpp"
+
+namespace lockstep::cuda {
+
+// out[k] = fma(uniform_at(seed, stream_id, first + k), hi - lo, lo), k in [0, n): the bits of
+// lockstep::fill_uniform.
+void fill_uniform(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_id,
+                  std::int64_t first, std::int64_t n, float lo, float hi, float* out);
+// keep[k] = uniform_at(seed, stream_id, first + k) >= p: lockstep::dropout_keep_row's bits.
+void dropout_keep(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_id,
+                  std::int64_t first, std::int64_t n, float p, std::uint8_t* keep);
+
+// LayerNorm forward over T rows of n features (model/ops.hpp layernorm_forward, bit for bit):
+// one thread per row running hd::layernorm_row_forward.
+void layernorm_forward_canonical(cudaStream_t stream, const float* x, std::int64_t T,
+                                 std::int64_t n, const float* w, const float* b, float eps,
+                                 int block, float* xhat, float* rstd, float* y);
+// The same formula with one warp per row and shuffle reductions (fast mode).
+void layernorm_forward_fast(cudaStream_t stream, const float* x, std::int64_t T, std::int64_t n,
+                            const float* w, const float* b, float eps, float* xhat, float* rstd,
+                            float* y);
+
+// One AdamW step over n elements in place (optim/adamw.hpp's operation order, bit for bit).
+void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,
+                float* m, float* v, std::int64_t n);
+
+// out[r, c] (rows x width, overwritten) = the canonical sum over tokens of row r of
+// dX[t * ld + c]: lockstep::token_row_grad's bits. offsets/positions: a TokensByRow
+// (runtime/cuda/tokens_by_row.hpp) uploaded.
+void embedding_backward_canonical(cudaStream_t stream, const std::int32_t* offsets,
+                                  const std::int32_t* positions, std::int64_t rows, const float* dX,
+                                  std::int64_t width, std::int64_t ld, std::int64_t T, int block,
+                                  float* out);
+// out = 0, then atomicAdd of every token's row of dX into its embedding row (fast mode).
+void embedding_backward_atomic(cudaStream_t stream, const std::int32_t* row_of, std::int64_t T,
+                               const float* dX, std::int64_t width, std::int64_t ld,
+                               std::int64_t row_lo, std::int64_t rows, float* out);
+
+// out[i] = lower[i] + upper[i] (one node of the canonical tree over ranks; out may alias
+// either input).
+void tree_add(cudaStream_t stream, const float* lower, const float* upper, float* out,
+              std::int64_t n);
+
+}  // namespace lockstep::cuda

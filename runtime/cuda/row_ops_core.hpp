@@ -1,0 +1,110 @@
+// Host/device bodies of the deterministic elementwise and row kernels (runtime/cuda/kernels.cu),
+// each the CPU operation's order of IEEE operations written once more, so the CPU tests
+// (tests/unit/test_cuda_ops_host.cpp) can hold them to the CPU kernels bit for bit:
+//   layernorm_row_forward  == lockstep::layernorm_forward (model/ops.hpp) for one row
+//   adamw_element          == lockstep::detail::adamw_element (optim/adamw_kernel.hpp)
+//   embedding_grad_column  == lockstep::token_row_grad (parallel/vocab_parallel.hpp) for one
+//                             (row, column)
+// Determinism contract: every reduction is the canonical csum (runtime/cuda/tree_counter.hpp);
+// no operation is contracted or reassociated (hd.hpp's build flags).
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/cuda/hd.hpp"
+#include "runtime/cuda/tree_counter.hpp"
+
+namespace lockstep::hd {
+
+// One row of n features: mean = csum(x)/n; c = x - mean; var = csum(c*c)/n;
+// rstd = 1/sqrt(var + eps); xhat = c*rstd; y = xhat*w + b. y doubles as the c*c scratch.
+LOCKSTEP_HD inline void layernorm_row_forward(const float* x, std::int64_t n, const float* w,
+                                              const float* b, float eps, int block, float* xhat,
+                                              float* rstd, float* y) {
+  const float fn = static_cast<float>(n);
+  const float m = div(csum(x, n, block), fn);
+  for (std::int64_t k = 0; k < n; ++k) {
+    xhat[k] = x[k] - m;
+    y[k] = xhat[k] * xhat[k];
+  }
+  const float v = div(csum(y, n, block), fn);
+  const float rs = div(1.0f, sqrt(v + eps));
+  *rstd = rs;
+  for (std::int64_t k = 0; k < n; ++k) {
+    xhat[k] = xhat[k] * rs;
+    y[k] = xhat[k] * w[k] + b[k];
+  }
+}
+
+// The float32 scalars of one AdamW step (lockstep::AdamWScalars, copied field by field by the
+// caller so runtime/ does not depend on optim/).
+struct AdamWScalarsHD {
+  bool decay;
+  float decay_factor, beta1, one_minus_beta1, beta2, one_minus_beta2, bc2_sqrt, eps, step_size;
+};
+
+LOCKSTEP_HD inline void adamw_element(const AdamWScalarsHD& s, float& p, float g, float& m,
+                                      float& v) {
+  float pi = p;
+  if (s.decay) pi = pi * s.decay_factor;
+  float mi = m * s.beta1;
+  mi = fma(g, s.one_minus_beta1, mi);
+  float vi = v * s.beta2;
+  vi = vi + (s.one_minus_beta2 * g) * g;
+  float denom = div(sqrt(vi), s.bc2_sqrt);
+  denom = denom + s.eps;
+  pi = pi - div(s.step_size * mi, denom);
+  p = pi;
+  m = mi;
+  v = vi;
+}
+
+// Gradient of one embedding row r, column c: the canonical sum over tokens t = 0 .. T-1 of
+// (row_of[t] == r ? dX[t * ld + c] : -0.0), block `block`. Only the tokens of row r are read:
+// `pos[0 .. count)` lists them in ascending order (a counting sort by row gives it); blocks
+// without one are -0.0 leaves, which this pushes as whole aligned -0.0 subtrees (x + -0.0 == x
+// exactly, so a -0.0 subtree is the identity and costs no arithmetic beyond the merges the
+// full tree would do).
+LOCKSTEP_HD inline float embedding_grad_column(const std::int32_t* pos, std::int64_t count,
+                                               const float* dX, std::int64_t ld, std::int64_t c,
+                                               std::int64_t T, int block) {
+  // A binary counter with explicit weights (BinaryCounter::push_subtree's merge rule).
+  float value[2 * kTreeLevels + 2] = {};
+  std::int64_t weight[2 * kTreeLevels + 2] = {};
+  int depth = 0;
+  std::int64_t pushed = 0;  // leaves (blocks) pushed so far
+  auto push = [&](float v, std::int64_t w) {
+    while (depth > 0 && weight[depth - 1] == w) {
+      v = value[--depth] + v;
+      w *= 2;
+    }
+    value[depth] = v;
+    weight[depth++] = w;
+  };
+  // Pushes -0.0 leaves until `pushed == target`, as the largest aligned subtrees that fit.
+  auto skip_to = [&](std::int64_t target) {
+    while (pushed < target) {
+      std::int64_t w = pushed == 0 ? std::int64_t(1) << 62 : (pushed & -pushed);
+      while (pushed + w > target) w >>= 1;
+      push(kNegZero, w);
+      pushed += w;
+    }
+  };
+  const std::int64_t nblocks = (T + block - 1) / block;
+  std::int64_t i = 0;
+  while (i < count) {
+    const std::int64_t blk = pos[i] / block;
+    skip_to(blk);
+    float acc = kNegZero;
+    for (; i < count && pos[i] / block == blk; ++i) acc = acc + dX[pos[i] * ld + c];
+    push(acc, 1);
+    ++pushed;
+  }
+  skip_to(nblocks);
+  if (depth == 0) return kNegZero;
+  float acc = value[depth - 1];
+  for (int l = depth - 2; l >= 0; --l) acc = value[l] + acc;
+  return acc;
+}
+
+}  // namespace lockstep::hd

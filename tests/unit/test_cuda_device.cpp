@@ -1,0 +1,263 @@
+// The CUDA backend on a GPU: every deterministic kernel against its CPU counterpart bit for bit
+// (Philox fills, dropout masks, the canonical GEMM, LayerNorm, AdamW, embedding backward), the
+// fast variants within tolerance, and cuBLAS's deterministic mode repeatable. On a machine
+// without a GPU (CI) it checks instead that the backend refuses cleanly with a clear message;
+// in a build without the CUDA backend it has nothing to test. The "[.bench]" case (hidden; run
+// with `test_cuda_device "[.bench]"`) times the canonical GEMM against cuBLAS.
+#include <catch2/catch.hpp>
+
+#ifdef LOCKSTEP_WITH_CUDA
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "model/ops.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/vocab_parallel.hpp"
+#include "runtime/cuda/cublas_gemm.hpp"
+#include "runtime/cuda/device.hpp"
+#include "runtime/cuda/gemm_canonical.hpp"
+#include "runtime/cuda/kernels.hpp"
+#include "runtime/cuda/tokens_by_row.hpp"
+#include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/random.hpp"
+#include "tests/support/test_data.hpp"
+
+using namespace lockstep;
+
+namespace {
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+template <class T>
+cuda::DeviceBuffer<T> to_device(const std::vector<T>& h, const cuda::Stream& s, const char* name) {
+  cuda::DeviceBuffer<T> d(h.size(), name);
+  d.upload(h, s);
+  return d;
+}
+template <class T>
+std::vector<T> to_host(const cuda::DeviceBuffer<T>& d, const cuda::Stream& s) {
+  std::vector<T> h(d.size());
+  d.download(h, s);
+  return h;
+}
+
+// True when the GPU checks must run: LOCKSTEP_REQUIRE_GPU=1 (tests/gpu/run_gpu_checks.sh sets
+// it) turns a missing GPU into a failure instead of a warning.
+bool gpu_or_skip() {
+  if (cuda::gpu_available()) return true;
+  const char* req = std::getenv("LOCKSTEP_REQUIRE_GPU");
+  if (req != nullptr && std::string(req) == "1")
+    FAIL("LOCKSTEP_REQUIRE_GPU=1 but no GPU: " << cuda::no_gpu_reason());
+  WARN("no GPU: " << cuda::no_gpu_reason() << " (GPU kernel checks not run)");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA backend: a GPU-less machine gets a clear error, not a crash", "[cuda][device]") {
+  if (cuda::gpu_available()) {
+    CHECK(cuda::select_device(cuda::local_rank()) >= 0);
+    INFO(cuda::describe_device());
+    SUCCEED("GPU present: " << cuda::describe_device());
+    return;
+  }
+  CHECK(cuda::device_count() == 0);
+  CHECK_FALSE(cuda::no_gpu_reason().empty());
+  try {
+    cuda::select_device(0);
+    FAIL("select_device succeeded without a GPU");
+  } catch (const Error& e) {
+    CHECK_THAT(std::string(e.what()), Catch::Contains("no usable GPU"));
+    CHECK_THAT(e.hint(), Catch::Contains("CPU"));
+  }
+}
+
+TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][device]") {
+  if (!gpu_or_skip()) return;
+  cuda::select_device(cuda::local_rank());
+  cuda::Stream s;
+
+  SECTION("Philox fill and dropout masks") {
+    const std::int64_t n = 100003, first = (std::int64_t{1} << 33) - 17;
+    std::vector<float> want(n);
+    fill_uniform(42, 9, first, want.data(), n, -1.0f, 2.0f);
+    cuda::DeviceBuffer<float> d(n, "uniform");
+    cuda::fill_uniform(s.get(), 42, 9, first, n, -1.0f, 2.0f, d.data());
+    CHECK(same_bits(to_host(d, s), want));
+    std::vector<std::uint8_t> keep(n);
+    dropout_keep_row(KernelCtx::best(), 42, 9, first, n, 0.1f, keep.data());
+    cuda::DeviceBuffer<std::uint8_t> dk(n, "keep");
+    cuda::dropout_keep(s.get(), 42, 9, first, n, 0.1f, dk.data());
+    CHECK(to_host(dk, s) == keep);
+  }
+
+  SECTION("canonical GEMM, several shapes and transpositions") {
+    struct Case {
+      std::int64_t M, N, K;
+      Trans ta, tb;
+      int block;
+    };
+    for (const Case& c :
+         {Case{1, 1, 1, Trans::N, Trans::N, 64}, Case{67, 131, 1000, Trans::N, Trans::N, 64},
+          Case{128, 64, 257, Trans::T, Trans::N, 64}, Case{33, 200, 129, Trans::N, Trans::T, 7},
+          Case{50, 70, 0, Trans::T, Trans::T, 64}}) {
+      INFO("M=" << c.M << " N=" << c.N << " K=" << c.K);
+      const std::int64_t lda = c.ta == Trans::N ? c.K : c.M, ldb = c.tb == Trans::N ? c.N : c.K;
+      const auto A = testing::mixed_floats(std::size_t(std::max<std::int64_t>(1, c.M * c.K)), 1);
+      const auto B = testing::mixed_floats(std::size_t(std::max<std::int64_t>(1, c.K * c.N)), 2);
+      std::vector<float> want(std::size_t(c.M * c.N));
+      gemm(KernelCtx::best(1, c.block), GemmImpl::canonical, c.ta, c.tb, c.M, c.N, c.K, A.data(),
+           std::max<std::int64_t>(lda, 1), B.data(), std::max<std::int64_t>(ldb, 1), want.data(),
+           c.N);
+      auto dA = to_device(A, s, "A"), dB = to_device(B, s, "B");
+      cuda::DeviceBuffer<float> dC(want.size(), "C");
+      cuda::gemm_canonical(s.get(), c.ta, c.tb, c.M, c.N, c.K, dA.data(),
+                           std::max<std::int64_t>(lda, 1), dB.data(),
+                           std::max<std::int64_t>(ldb, 1), dC.data(), c.N, c.block);
+      CHECK(same_bits(to_host(dC, s), want));
+    }
+  }
+
+  SECTION("LayerNorm forward: canonical exact, fast close") {
+    const std::int64_t T = 333, n = 768;
+    const auto x = testing::mixed_floats(std::size_t(T * n), 3);
+    const auto w = testing::mixed_floats(std::size_t(n), 4),
+               b = testing::mixed_floats(std::size_t(n), 5);
+    std::vector<float> xh(x.size()), rs(static_cast<std::size_t>(T)), y(x.size());
+    layernorm_forward(KernelCtx::best(), x.data(), T, n, w.data(), b.data(), 1e-5f, xh.data(),
+                      rs.data(), y.data());
+    auto dx = to_device(x, s, "x"), dw = to_device(w, s, "w"), db = to_device(b, s, "b");
+    cuda::DeviceBuffer<float> dxh(x.size(), "xhat"), drs(std::size_t(T), "rstd"), dy(x.size(), "y");
+    cuda::layernorm_forward_canonical(s.get(), dx.data(), T, n, dw.data(), db.data(), 1e-5f, 64,
+                                      dxh.data(), drs.data(), dy.data());
+    CHECK(same_bits(to_host(dxh, s), xh));
+    CHECK(same_bits(to_host(drs, s), rs));
+    CHECK(same_bits(to_host(dy, s), y));
+    cuda::layernorm_forward_fast(s.get(), dx.data(), T, n, dw.data(), db.data(), 1e-5f, dxh.data(),
+                                 drs.data(), dy.data());
+    const auto yf = to_host(dy, s);
+    double worst = 0;
+    for (std::size_t i = 0; i < y.size(); ++i)
+      worst = std::max(worst, double(std::fabs(yf[i] - y[i])));
+    CHECK(worst < 1e-4);
+  }
+
+  SECTION("AdamW") {
+    const std::size_t n = 5000;
+    auto p = testing::mixed_floats(n, 6), g = testing::mixed_floats(n, 7);
+    auto m = testing::mixed_floats(n, 8), v = testing::mixed_floats(n, 9);
+    for (auto& e : v) e = e * e;
+    auto dp = to_device(p, s, "p"), dg = to_device(g, s, "g"), dm = to_device(m, s, "m"),
+         dv = to_device(v, s, "v");
+    const AdamWHyper h = AdamWHyper::at(AdamWConfig{}, 6e-4, 7, true);
+    adamw_step(h, p, g, m, v);
+    const AdamWScalars a = adamw_scalars(h);
+    cuda::adamw_step(s.get(),
+                     hd::AdamWScalarsHD{a.decay, a.decay_factor, a.beta1, a.one_minus_beta1,
+                                        a.beta2, a.one_minus_beta2, a.bc2_sqrt, a.eps, a.step_size},
+                     dp.data(), dg.data(), dm.data(), dv.data(), std::int64_t(n));
+    CHECK(same_bits(to_host(dp, s), p));
+    CHECK(same_bits(to_host(dm, s), m));
+    CHECK(same_bits(to_host(dv, s), v));
+  }
+
+  SECTION("embedding backward: canonical exact, atomic close") {
+    const std::int64_t T = 4096, rows = 1000, width = 256;
+    std::vector<std::int32_t> row_of(T);
+    std::uint64_t st = 3;
+    for (auto& r : row_of) r = std::int32_t(testing::splitmix64(st) % 1000);
+    const auto dX = testing::mixed_floats(std::size_t(T * width), 10);
+    std::vector<float> want(std::size_t(rows * width));
+    token_row_grad(KernelCtx::best(), row_of.data(), T, dX.data(), width, width, 0, rows,
+                   want.data());
+    const cuda::TokensByRow grp = cuda::group_tokens_by_row(row_of.data(), T, 0, rows);
+    auto doff = to_device(grp.offsets, s, "offsets"), dpos = to_device(grp.positions, s, "pos");
+    auto ddx = to_device(dX, s, "dX");
+    auto drow = to_device(row_of, s, "row_of");
+    cuda::DeviceBuffer<float> dout(want.size(), "dE");
+    cuda::embedding_backward_canonical(s.get(), doff.data(), dpos.data(), rows, ddx.data(), width,
+                                       width, T, 64, dout.data());
+    CHECK(same_bits(to_host(dout, s), want));
+    cuda::embedding_backward_atomic(s.get(), drow.data(), T, ddx.data(), width, width, 0, rows,
+                                    dout.data());
+    const auto fast = to_host(dout, s);
+    double worst = 0;
+    for (std::size_t i = 0; i < want.size(); ++i)
+      worst = std::max(worst, double(std::fabs(fast[i] - want[i])));
+    CHECK(worst < 1e-4);
+  }
+
+  SECTION("cuBLAS deterministic: close to the reference and repeatable") {
+    const std::int64_t M = 256, N = 384, K = 512;
+    const auto A = testing::mixed_floats(std::size_t(M * K), 11);
+    const auto B = testing::mixed_floats(std::size_t(K * N), 12);
+    std::vector<float> ref(std::size_t(M * N));
+    gemm(KernelCtx::best(), GemmImpl::reference, Trans::N, Trans::T, M, N, K, A.data(), K, B.data(),
+         K, ref.data(), N);
+    auto dA = to_device(A, s, "A"), dB = to_device(B, s, "B");
+    cuda::DeviceBuffer<float> dC(ref.size(), "C");
+    cuda::Cublas blas(Determinism::deterministic, s);
+    blas.gemm(Trans::N, Trans::T, M, N, K, dA.data(), K, dB.data(), K, dC.data(), N);
+    const auto c1 = to_host(dC, s);
+    blas.gemm(Trans::N, Trans::T, M, N, K, dA.data(), K, dB.data(), K, dC.data(), N);
+    CHECK(same_bits(to_host(dC, s), c1));
+    double worst = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      worst = std::max(worst, double(std::fabs(c1[i] - ref[i])));
+    CHECK(worst < 1e-3);
+    CHECK_THROWS_AS(cuda::Cublas(Determinism::invariant, s), Error);
+  }
+}
+
+TEST_CASE("bench: canonical GEMM vs cuBLAS on the GPU", "[.bench]") {
+  if (!gpu_or_skip()) return;
+  cuda::select_device(cuda::local_rank());
+  cuda::Stream s;
+  WARN(cuda::describe_device());
+  for (std::int64_t d : {1024, 4096}) {
+    const std::int64_t M = 8192, N = d, K = d;  // tokens x d_model . d_model x d_model
+    const auto A = testing::mixed_floats(std::size_t(M * K), 1);
+    const auto B = testing::mixed_floats(std::size_t(K * N), 2);
+    auto dA = to_device(A, s, "A"), dB = to_device(B, s, "B");
+    cuda::DeviceBuffer<float> dC(std::size_t(M * N), "C");
+    auto time = [&](auto&& f) {
+      f();
+      s.synchronize();
+      const auto t0 = std::chrono::steady_clock::now();
+      const int reps = 5;
+      for (int r = 0; r < reps; ++r) f();
+      s.synchronize();
+      const double sec =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / reps;
+      return 2.0 * double(M) * double(N) * double(K) / sec * 1e-12;
+    };
+    const double canon = time([&] {
+      cuda::gemm_canonical(s.get(), Trans::N, Trans::N, M, N, K, dA.data(), K, dB.data(), N,
+                           dC.data(), N, 64);
+    });
+    cuda::Cublas det(Determinism::deterministic, s), fast(Determinism::fast, s);
+    const double tdet = time(
+        [&] { det.gemm(Trans::N, Trans::N, M, N, K, dA.data(), K, dB.data(), N, dC.data(), N); });
+    const double tfast = time(
+        [&] { fast.gemm(Trans::N, Trans::N, M, N, K, dA.data(), K, dB.data(), N, dC.data(), N); });
+    WARN("GEMM " << M << "x" << N << "x" << K << " TFLOP/s: canonical " << canon
+                 << ", cuBLAS deterministic " << tdet << ", cuBLAS fast " << tfast);
+  }
+}
+
+#else
+
+TEST_CASE("CUDA backend not built (LOCKSTEP_CUDA=OFF or no nvcc): nothing to test",
+          "[cuda][device]") {
+  SUCCEED("built without the CUDA backend");
+}
+
+#endif

@@ -1,0 +1,104 @@
+// Host/device bodies of the deterministic CUDA kernels (runtime/cuda/row_ops_core.hpp,
+// tokens_by_row.hpp), compiled here by the host compiler, against the CPU kernels they must
+// reproduce bit for bit: LayerNorm forward (model/ops.hpp), AdamW (optim/adamw.hpp) and the
+// embedding backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
+#include <catch2/catch.hpp>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "model/ops.hpp"
+#include "optim/adamw.hpp"
+#include "parallel/vocab_parallel.hpp"
+#include "runtime/cuda/row_ops_core.hpp"
+#include "runtime/cuda/tokens_by_row.hpp"
+#include "tests/support/test_data.hpp"
+
+using namespace lockstep;
+
+namespace {
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+}  // namespace
+
+TEST_CASE("CUDA LayerNorm row body == layernorm_forward bit for bit", "[cuda][ops]") {
+  for (std::int64_t n : {1, 7, 64, 65, 200, 768}) {
+    for (int block : {1, 16, 64}) {
+      INFO("n=" << n << " block=" << block);
+      const std::int64_t T = 11;  // not a multiple of the CPU's 8-row groups
+      auto x = testing::mixed_floats(std::size_t(T * n), std::uint64_t(n * 100 + block));
+      for (std::int64_t t = 0; t < T; ++t) x[std::size_t(t * n)] += float(t);  // shift the means
+      const auto w = testing::mixed_floats(std::size_t(n), 5);
+      const auto b = testing::mixed_floats(std::size_t(n), 6);
+      std::vector<float> xh(std::size_t(T * n)), rs(static_cast<std::size_t>(T)),
+          y(std::size_t(T * n));
+      layernorm_forward(KernelCtx{best_isa(), 2, block}, x.data(), T, n, w.data(), b.data(), 1e-5f,
+                        xh.data(), rs.data(), y.data());
+      std::vector<float> xh2(xh.size()), rs2(rs.size()), y2(y.size());
+      for (std::int64_t t = 0; t < T; ++t)
+        hd::layernorm_row_forward(x.data() + t * n, n, w.data(), b.data(), 1e-5f, block,
+                                  xh2.data() + t * n, rs2.data() + t, y2.data() + t * n);
+      CHECK(same_bits(xh, xh2));
+      CHECK(same_bits(rs, rs2));
+      CHECK(same_bits(y, y2));
+    }
+  }
+}
+
+TEST_CASE("CUDA AdamW element == adamw_step bit for bit", "[cuda][ops]") {
+  const AdamWConfig cfg;
+  for (std::int64_t step : {1, 2, 10, 1000}) {
+    for (bool decay : {true, false}) {
+      const AdamWHyper h = AdamWHyper::at(cfg, 3e-4 * double(step % 7 + 1), step, decay);
+      const std::size_t n = 1031;
+      auto p = testing::mixed_floats(n, 1), g = testing::mixed_floats(n, 2);
+      auto m = testing::mixed_floats(n, 3), v = testing::mixed_floats(n, 4);
+      for (auto& e : v) e = e * e;  // second moments are non-negative
+      auto p2 = p, m2 = m, v2 = v;
+      adamw_step(h, p, g, m, v);
+      const AdamWScalars s = adamw_scalars(h);
+      const hd::AdamWScalarsHD sd{s.decay,           s.decay_factor, s.beta1,
+                                  s.one_minus_beta1, s.beta2,        s.one_minus_beta2,
+                                  s.bc2_sqrt,        s.eps,          s.step_size};
+      for (std::size_t i = 0; i < n; ++i) hd::adamw_element(sd, p2[i], g[i], m2[i], v2[i]);
+      CHECK(same_bits(p, p2));
+      CHECK(same_bits(m, m2));
+      CHECK(same_bits(v, v2));
+    }
+  }
+}
+
+TEST_CASE("CUDA embedding-gradient body == token_row_grad bit for bit", "[cuda][ops]") {
+  // rows * blocks small vs large picks token_row_grad's dense or sparse path; both must match.
+  struct Case {
+    std::int64_t T, rows, row_lo;
+    int block;
+  };
+  for (const Case& c : {Case{300, 40, 0, 7}, Case{300, 5000, 100, 7}, Case{1000, 257, 3, 64},
+                        Case{64, 3, 0, 64}, Case{0, 4, 0, 64}, Case{129, 1, 0, 1}}) {
+    INFO("T=" << c.T << " rows=" << c.rows << " row_lo=" << c.row_lo << " block=" << c.block);
+    const std::int64_t width = 9, ld = 11;
+    std::vector<std::int32_t> row_of(std::size_t(c.T));
+    std::uint64_t s = std::uint64_t(c.T * 7 + c.rows);
+    // Skewed ids: a few hot rows, some ids outside [row_lo, row_lo + rows).
+    for (auto& r : row_of) {
+      const std::uint64_t u = testing::splitmix64(s);
+      r = std::int32_t(u % 4 == 0 ? c.row_lo + std::int64_t(u >> 40) % 3
+                                  : std::int64_t(u >> 20) % (c.rows + c.row_lo + 10));
+    }
+    const auto dX = testing::mixed_floats(std::size_t(std::max<std::int64_t>(1, c.T * ld)), 17);
+    std::vector<float> want(std::size_t(c.rows * width)), got(want.size());
+    token_row_grad(KernelCtx{best_isa(), 2, c.block}, row_of.data(), c.T, dX.data(), width, ld,
+                   c.row_lo, c.rows, want.data());
+    const cuda::TokensByRow g = cuda::group_tokens_by_row(row_of.data(), c.T, c.row_lo, c.rows);
+    for (std::int64_t r = 0; r < c.rows; ++r)
+      for (std::int64_t col = 0; col < width; ++col)
+        got[std::size_t(r * width + col)] =
+            hd::embedding_grad_column(g.positions.data() + g.offsets[std::size_t(r)],
+                                      g.offsets[std::size_t(r + 1)] - g.offsets[std::size_t(r)],
+                                      dX.data(), ld, col, c.T, c.block);
+    CHECK(same_bits(want, got));
+  }
+}
