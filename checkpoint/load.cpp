@@ -35,17 +35,6 @@ std::vector<Run> runs_of(const StatePiece& g) {
   return out;
 }
 
-StatePiece geometry(const TensorRecord& t, const ShardRecord& s) {
-  StatePiece g;
-  g.name = t.name;
-  g.global_shape = t.global_shape;
-  g.box_offset = s.box_offset;
-  g.box_shape = s.box_shape;
-  g.flat_begin = s.flat_begin;
-  g.flat_end = s.flat_end;
-  return g;
-}
-
 // A copy of `len` floats: shard element `src` -> piece element `dst`.
 struct Segment {
   std::int64_t dst, src, len;
@@ -120,7 +109,7 @@ void read_pieces(const std::string& ckpt_dir, const Meta& meta,
     const std::int64_t phi = pruns.back().logical + pruns.back().len;
     for (const ShardRecord& s : t.shards) {
       if (s.size() == 0) continue;
-      const std::vector<Run> sruns = runs_of(geometry(t, s));
+      const std::vector<Run> sruns = runs_of(shard_geometry(t, s));
       if (sruns.back().logical + sruns.back().len <= plo || sruns.front().logical >= phi) continue;
       std::vector<Segment> segs = intersect(pruns, sruns);
       if (segs.empty()) continue;

@@ -88,13 +88,7 @@ void check_coverage(const TensorRecord& t, const std::string& file) {
   std::vector<std::pair<std::int64_t, std::int64_t>> runs;  // [logical begin, end)
   runs.reserve(static_cast<std::size_t>(runs_estimate));
   for (const ShardRecord& s : t.shards) {
-    StatePiece g;
-    g.name = t.name;
-    g.global_shape = t.global_shape;
-    g.box_offset = s.box_offset;
-    g.box_shape = s.box_shape;
-    g.flat_begin = s.flat_begin;
-    g.flat_end = s.flat_end;
+    const StatePiece g = shard_geometry(t, s);
     for_each_run(g, [&](std::int64_t logical, std::int64_t, std::int64_t len) {
       if (!runs.empty() && runs.back().second == logical)
         runs.back().second += len;
@@ -122,6 +116,17 @@ std::int64_t Meta::total_bytes() const {
   for (const auto& [name, t] : tensors)
     n += shape_numel(t.global_shape) * static_cast<std::int64_t>(dtype_size(t.dtype));
   return n;
+}
+
+StatePiece shard_geometry(const TensorRecord& t, const ShardRecord& s) {
+  StatePiece g;
+  g.name = t.name;
+  g.global_shape = t.global_shape;
+  g.box_offset = s.box_offset;
+  g.box_shape = s.box_shape;
+  g.flat_begin = s.flat_begin;
+  g.flat_end = s.flat_end;
+  return g;
 }
 
 std::vector<std::uint64_t> chunk_hashes(const void* data, std::uint64_t bytes,

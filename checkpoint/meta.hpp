@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/state_piece.hpp"
 #include "runtime/tensor.hpp"
 
 namespace lockstep::ckpt {
@@ -64,6 +65,9 @@ Meta parse_meta(const std::string& text, const std::string& file);
 Meta read_meta(const std::string& ckpt_dir);
 // The JSON of a Meta (what save writes; parse_meta(meta_json(m).dump()) round-trips).
 nlohmann::json meta_json(const Meta& m);
+
+// A shard's geometry as a StatePiece without data (for for_each_run over its logical runs).
+StatePiece shard_geometry(const TensorRecord& t, const ShardRecord& s);
 
 // Hash helpers shared by save, load and verify.
 // The XXH3-64 of each chunk_bytes chunk and (if `whole` is given) of all bytes, in one pass

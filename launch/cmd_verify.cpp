@@ -162,25 +162,11 @@ int bisect(const VerifyOptions& o) {
   return rc;
 }
 
-ModelConfig model_of(const config::Config& c) {
-  ModelConfig m;
-  m.vocab = c.model.vocab;
-  m.context = c.model.context;
-  m.layers = c.model.layers;
-  m.d_model = c.model.d_model;
-  m.heads = c.model.heads;
-  m.ffn = c.model.ffn;
-  m.dropout = static_cast<float>(c.model.dropout);
-  m.bias = c.model.bias;
-  m.ln_eps = static_cast<float>(c.model.ln_eps);
-  return m;
-}
-
 int list_ops(const VerifyOptions& o) {
   config::Config cfg;
   if (!o.config.empty()) config::load_toml_file(cfg, o.config);
   for (const auto& s : o.sets) config::apply_override(cfg, s);
-  for (const OpName& op : op_names(model_of(cfg)))
+  for (const OpName& op : op_names(config::model_config(cfg)))
     std::printf("%s%s\n", op.name.c_str(), op.perturbable ? "  (perturbable)" : "");
   std::printf("<param>.adam.update  (one per parameter, recorded by the optimizer)\n");
   return 0;

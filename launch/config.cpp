@@ -340,4 +340,18 @@ std::string to_toml(const Config& cfg_in) {
   return out;
 }
 
+ModelConfig model_config(const Config& c) {
+  ModelConfig m;
+  m.vocab = c.model.vocab;
+  m.context = c.model.context;
+  m.layers = c.model.layers;
+  m.d_model = c.model.d_model;
+  m.heads = c.model.heads;
+  m.ffn = c.model.ffn;
+  m.dropout = static_cast<float>(c.model.dropout);
+  m.bias = c.model.bias;
+  m.ln_eps = static_cast<float>(c.model.ln_eps);
+  return m;
+}
+
 }  // namespace lockstep::config

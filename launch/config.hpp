@@ -14,6 +14,8 @@
 #include <variant>
 #include <vector>
 
+#include "model/config.hpp"
+
 namespace lockstep::config {
 
 struct ModelSection {
@@ -123,6 +125,9 @@ void load_toml_text(Config& cfg, const std::string& text, const std::string& sou
 void apply_override(Config& cfg, const std::string& assignment);
 // The resolved config as TOML, every key, in table order.
 std::string to_toml(const Config& cfg);
+
+// The model section as the model's own config struct.
+ModelConfig model_config(const Config& cfg);
 
 // The valid key closest to `name` by edit distance.
 std::string nearest_key(const std::string& name);

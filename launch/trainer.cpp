@@ -44,20 +44,6 @@ int default_threads(int world_size) {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
 }
 
-ModelConfig model_config(const config::Config& c) {
-  ModelConfig m;
-  m.vocab = c.model.vocab;
-  m.context = c.model.context;
-  m.layers = c.model.layers;
-  m.d_model = c.model.d_model;
-  m.heads = c.model.heads;
-  m.ffn = c.model.ffn;
-  m.dropout = static_cast<float>(c.model.dropout);
-  m.bias = c.model.bias;
-  m.ln_eps = static_cast<float>(c.model.ln_eps);
-  return m;
-}
-
 struct RunFiles {
   std::unique_ptr<JsonlWriter> trace, metrics;
 };
@@ -277,7 +263,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
   data::Sampler sampler({dataset.num_samples(), G, dcfg.seed});
 
   // ---- model and optimizer state ---------------------------------------------------------
-  const ModelConfig mcfg = model_config(cfg);
+  const ModelConfig mcfg = config::model_config(cfg);
   Gpt model(mcfg, grid, mode, kctx);
   model.init(static_cast<std::uint64_t>(cfg.run.seed));
   const ParamTable& table = model.table();
