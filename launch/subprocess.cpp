@@ -34,7 +34,10 @@ std::string shell_quote(const std::string& s) {
 
 std::string join_command(const std::vector<std::string>& argv) {
   std::string line;
-  for (const auto& a : argv) line += (line.empty() ? "" : " ") + shell_quote(a);
+  for (const auto& a : argv) {
+    if (!line.empty()) line += ' ';
+    line += shell_quote(a);
+  }
   return line;
 }
 

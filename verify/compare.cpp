@@ -537,7 +537,10 @@ std::string CompareReport::to_html() const {
     }
     if (ops.available && !ops.origin_op.empty()) {
       std::string rs;
-      for (int r : ops.origin_ranks) rs += (rs.empty() ? "" : ",") + std::to_string(r);
+      for (int r : ops.origin_ranks) {
+        if (!rs.empty()) rs += ',';
+        rs += std::to_string(r);
+      }
       path.push_back({"origin op", ops.origin_op});
       path.push_back({"rank(s)", rs});
     } else {
