@@ -77,6 +77,7 @@ class AsyncSaver {
 
  private:
   std::unique_ptr<Job> job_;
+  std::vector<std::vector<float>> spare_;  // the last snapshot's buffers, reused
 };
 
 // run.resume -> a checkpoint directory or "" (fresh start). "none"/"" -> "". "auto" -> the
