@@ -105,20 +105,15 @@ void StateTrace::guard(std::int64_t step, const std::vector<std::uint64_t>& loca
     each[static_cast<std::size_t>(dp.rank())] = local[i];
     allreduce_u64(dp, each, IntOp::sum);
     // With three or more replicas a strict majority names the corrupted one(s).
-    int best = 0;
-    for (int r = 0; r < dp.size(); ++r) {
-      int same = 0;
-      for (int q = 0; q < dp.size(); ++q) same += each[q] == each[r];
-      best = std::max(best, same);
-    }
+    std::vector<int> same(each.size(), 0);  // replicas holding each replica's value
+    for (std::size_t r = 0; r < each.size(); ++r)
+      same[r] = static_cast<int>(std::count(each.begin(), each.end(), each[r]));
+    const int best = *std::max_element(same.begin(), same.end());
     std::string values;
-    for (int r = 0; r < dp.size(); ++r) {
-      int same = 0;
-      for (int q = 0; q < dp.size(); ++q) same += each[q] == each[r];
+    for (int r = 0; r < dp.size(); ++r)
       values += "\n    dp rank " + std::to_string(r) + " (world rank " +
                 std::to_string(grid_.rank_of(grid_.tp_rank(), r)) + "): " + hex64(each[r]) +
-                (2 * best > dp.size() && same < best ? "  <- differs from the majority" : "");
-    }
+                (2 * best > dp.size() && same[r] < best ? "  <- differs from the majority" : "");
     fail("replica guard: at step " + std::to_string(step) + " tensor '" + param_[i].name +
              "' (TP rank " + std::to_string(grid_.tp_rank()) +
              " shard) differs across the DP replicas:" + values,

@@ -105,7 +105,6 @@ elif part == "crash":
     ref = read_trace(ref_dir)
     # Rank 1 dies right after writing its shard of the step-4 checkpoint.
     out = os.path.join(work, "killed")
-    np, _ = LAYOUTS["DP2"]
     cmd = [mpirun] + MPI_FLAGS + ["-np", "2", binary, "train", config, "--set", f"run.out={out}",
                                   "--set", f"run.steps={N}", "--set", "ckpt.interval=2",
                                   "--set", "debug.kill_in_save=1:4"]
