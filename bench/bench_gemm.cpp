@@ -48,6 +48,17 @@ std::vector<GemmShape> all_shapes() {
       {"512", 512, 512, 512, Trans::N, Trans::N},
       {"1024", 1024, 1024, 1024, Trans::N, Trans::N},
       {"2048", 2048, 2048, 2048, Trans::N, Trans::N},
+      // bench-small (d_model 256, FFN 1024, 1024 tokens per microbatch): forward (NT),
+      // input grads (NN) and weight grads (TN, K = tokens) of q/k/v/proj, fc1 and fc2.
+      {"s-fwd-256", 1024, 256, 256, Trans::N, Trans::T},
+      {"s-fwd-fc1", 1024, 1024, 256, Trans::N, Trans::T},
+      {"s-fwd-fc2", 1024, 256, 1024, Trans::N, Trans::T},
+      {"s-dgrad-256", 1024, 256, 256, Trans::N, Trans::N},
+      {"s-dgrad-fc1", 1024, 256, 1024, Trans::N, Trans::N},
+      {"s-dgrad-fc2", 1024, 1024, 256, Trans::N, Trans::N},
+      {"s-wgrad-256", 256, 256, 1024, Trans::T, Trans::N},
+      {"s-wgrad-fc1", 1024, 256, 1024, Trans::T, Trans::N},
+      {"s-wgrad-fc2", 256, 1024, 1024, Trans::T, Trans::N},
   };
 }
 
@@ -106,8 +117,9 @@ int main(int argc, char** argv) {
   app.add_option("--impls", impls_s, "comma list of canonical,chain,eigen,openblas,reference");
   app.add_option("--threads", threads_s, "comma list of thread counts");
   app.add_option("--shapes", shapes_s,
-                 "comma list of shape names (e.g. 4096x256x256,512), 'model', 'squares' or "
-                 "'all'; custom MxNxK[:TATB] also accepted, e.g. 300x200x100:NT");
+                 "comma list of shape names (e.g. 4096x256x256,512), 'model', 'squares', "
+                 "'small' (bench-small's GEMMs) or 'all'; custom MxNxK[:TATB] also accepted, e.g. "
+                 "300x200x100:NT");
   app.add_option("--reps", reps, "trials per impl and shape (median reported)");
   app.add_option("--min-time", min_time, "seconds per trial (calls repeat until reached)");
   app.add_option("--clock", clock_s,
@@ -147,7 +159,9 @@ int main(int argc, char** argv) {
       } else if (name == "model") {
         shapes.insert(shapes.end(), known.begin(), known.begin() + 5);
       } else if (name == "squares") {
-        shapes.insert(shapes.end(), known.begin() + 5, known.end());
+        shapes.insert(shapes.end(), known.begin() + 5, known.begin() + 8);
+      } else if (name == "small") {
+        shapes.insert(shapes.end(), known.begin() + 8, known.end());
       } else {
         auto it = std::find_if(known.begin(), known.end(),
                                [&](const GemmShape& s) { return s.name == name; });

@@ -85,6 +85,7 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
 template <class V, int MR_, int NV_>
 struct Kernel {
   using R = typename V::reg;
+  using Vec = V;
   static constexpr int MR = MR_;
   static constexpr int NV = NV_;
   static constexpr int NR = NV * V::W;
@@ -310,6 +311,22 @@ struct Driver {
     } else {  // B stored N x K: row j of the source is column j of op(B)
       for (std::int64_t jt = 0; jt < ntl; ++jt) {
         float* bp = bpack + jt * kl * NR;
+        using V = typename Kern::Vec;
+        if constexpr (requires { V::transpose16(g.B, g.ldb, bp, NR); }) {
+          // Whole 16 x 16 blocks by register transposes, the k tail below element-wise.
+          const std::int64_t k16 = kl / 16 * 16;
+          if (NR % 16 == 0 && (jt + 1) * NR <= ncur && k16 > 0) {
+            for (int c0 = 0; c0 < NR; c0 += 16)
+              for (std::int64_t k0 = 0; k0 < k16; k0 += 16)
+                V::transpose16(g.B + (jc + jt * NR + c0) * g.ldb + pc + k0, g.ldb,
+                               bp + k0 * NR + c0, NR);
+            for (int c = 0; c < NR; ++c) {
+              const float* src = g.B + (jc + jt * NR + c) * g.ldb + pc;
+              for (std::int64_t k = k16; k < kl; ++k) bp[k * NR + c] = src[k];
+            }
+            continue;
+          }
+        }
         for (int c = 0; c < NR; ++c) {
           const std::int64_t j = jc + jt * NR + c;
           if (j < jc + ncur) {
@@ -452,8 +469,33 @@ struct Driver {
     }
   }
 
+  // A team of threads that share the packed op(B): each member packs every nth-th B
+  // micro-panel into `bshared` and waits at a barrier before the kernels read them (and
+  // again before the buffer is overwritten). nth == 1: private buffer, no barriers. Packing
+  // is a plain copy, so who packs which micro-panel never changes a bit.
+  struct Team {
+    int tid = 0, nth = 1;
+    float* bshared = nullptr;
+    void barrier() const {
+      if (nth > 1) {
+#pragma omp barrier
+      }
+    }
+    bool mine(std::int64_t jt) const {
+      return jt % nth == tid;
+    }
+  };
+  static std::size_t bpack_floats(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
+    const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
+    return static_cast<std::size_t>((resident ? g.K : std::min(pl.kc, g.K)) * nc);
+  }
+  static std::int64_t nc_for(const Plan& pl, std::int64_t j0, std::int64_t j1) {
+    return std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
+  }
+
   // The sequential algorithm on the C rectangle rows [i0, i1) x columns [j0, j1), i0 and j0
-  // multiples of MR and NR. Per column block of nc, one of two loop orders:
+  // multiples of MR and NR; op(B) is packed together with `team` (see Team). Per column
+  // block of nc, one of two loop orders:
   //  * B resident (op(B)[K, block] packed fits pl.bfull floats, several panels): pack the whole
   //    block of B once, then for each mc-row block run all K panels in turn, so the block's
   //    counter slots (or C partial chains) stay in L2;
@@ -462,18 +504,20 @@ struct Driver {
   // Either way the A micro-panel sits in L1 across a row of tiles, B micro-panels stream from
   // L2, and the sources of the next packs are prefetched while the kernels run.
   static void run_rect(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
-                       std::int64_t j0, std::int64_t j1) {
+                       std::int64_t j0, std::int64_t j1, const Team& team = Team{}) {
     if (i1 <= i0 || j1 <= j0) return;
     const std::int64_t kmax = std::min(pl.kc, g.K);
     const std::int64_t mtiles = ceil_div(i1 - i0, MR);
-    const std::int64_t nc = std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
+    const std::int64_t nc = nc_for(pl, j0, j1);
     const std::int64_t mc = std::min(pl.mc, mtiles * MR);
     const std::int64_t ntiles_nc = nc / NR;
-    const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR;
+    // KR micro-panels sit kmax * MR + 16 floats apart: at a multiple of 4 KiB apart, the
+    // pack's row-by-row writes to all of them would land in one L1 set.
+    const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR + 16;
     const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
     static thread_local Scratch abuf, bbuf, kbuf, sbuf;
     float* ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
-    float* bpack = bbuf.get(static_cast<std::size_t>((resident ? g.K : kmax) * nc));
+    float* bpack = team.nth > 1 ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
     // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
     // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
     // first B loads would stall them (4K aliasing).
@@ -488,15 +532,18 @@ struct Driver {
       const std::int64_t ntl = ceil_div(ncur, NR);
       if (resident) {
         // B micro-panel jt of panel p lives at bpack + (jt * K + pc) * NR.
+        if (jc != j0) team.barrier();  // everyone is done reading the previous block
         for (std::int64_t p = 0; p < pl.npanels; ++p) {
           const std::int64_t pc = p * pl.kc;
           const std::int64_t kl = std::min(pl.kc, g.K - pc);
           // pack_b_panel writes micro-panels kl * NR apart; pack each panel's micro-panels
           // into a K-long column stripe instead.
           for (std::int64_t jt = 0; jt < ntl; ++jt)
-            pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, jc + ncur - jc - jt * NR), pc,
-                         kl, bpack + (jt * g.K + pc) * NR);
+            if (team.mine(jt))
+              pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, jc + ncur - jc - jt * NR),
+                           pc, kl, bpack + (jt * g.K + pc) * NR);
         }
+        team.barrier();
         for (std::int64_t ic = i0; ic < i1; ic += mc) {
           const std::int64_t ic1 = std::min(ic + mc, i1);
           for (std::int64_t p = 0; p < pl.npanels; ++p) {
@@ -516,7 +563,16 @@ struct Driver {
         const std::int64_t pc = p * pl.kc;
         const std::int64_t kl = std::min(pl.kc, g.K - pc);
         const bool last = p == pl.npanels - 1;
-        pack_b_panel(g, jc, ncur, pc, kl, bpack);
+        if (team.nth == 1) {
+          pack_b_panel(g, jc, ncur, pc, kl, bpack);
+        } else {
+          if (jc != j0 || p != 0) team.barrier();  // everyone is done reading the last panel
+          for (std::int64_t jt = 0; jt < ntl; ++jt)
+            if (team.mine(jt))
+              pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, ncur - jt * NR), pc, kl,
+                           bpack + jt * kl * NR);
+          team.barrier();
+        }
         // What the next pack_b_panel will read: the next panel, or the next column block's.
         NextB nb;
         nb.parts = ceil_div(i1 - i0, mc);
@@ -543,9 +599,10 @@ struct Driver {
     }
   }
 
-  // Threads split C into rectangles (never K) and run the sequential algorithm on each with
-  // private packing buffers: no synchronization inside a call. The split is along M when
-  // N <= M (each thread re-packs the smaller B) and along N otherwise (re-packs A).
+  // Threads split C into rectangles (never K) and run the sequential algorithm on each. The
+  // split is along M when N <= M (the team packs op(B) once into a shared buffer, each thread
+  // a share of its micro-panels, with a barrier around each pack) and along N otherwise (each
+  // thread packs its own A blocks).
   static void run(const GemmArgs& g, const GemmTuning& tun, bool canonical) {
     if (g.M == 0 || g.N == 0) return;
     if (g.K == 0) return fill_neg_zero(g);
@@ -570,12 +627,15 @@ struct Driver {
     const std::int64_t units = split_m ? mtiles : ntiles;
     const int threads = static_cast<int>(std::min<std::int64_t>(g.threads, units));
     if (threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
+    // Split along M: every thread needs all of op(B), so the team packs it once, together.
+    static thread_local Scratch shared_b;
+    float* bshared = split_m ? shared_b.get(bpack_floats(g, pl, nc_for(pl, 0, g.N))) : nullptr;
 #pragma omp parallel num_threads(threads)
     {
       const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
       const std::int64_t u0 = units * tid / nth, u1 = units * (tid + 1) / nth;
       if (split_m)
-        run_rect(g, pl, u0 * MR, std::min(g.M, u1 * MR), 0, g.N);
+        run_rect(g, pl, u0 * MR, std::min(g.M, u1 * MR), 0, g.N, Team{tid, nth, bshared});
       else
         run_rect(g, pl, 0, g.M, u0 * NR, std::min(g.N, u1 * NR));
     }
