@@ -2,13 +2,19 @@
 
 #include <omp.h>
 
+#include <time.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <string>
 
 #include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
+#include "verify/replica_hash.hpp"
 
 namespace lockstep {
 
@@ -32,54 +38,100 @@ StateTrace::StateTrace(GradSync& sync, const Communicator& world, const Grid& gr
       m_(sync.pieces(StateKind::adam_m)),
       v_(sync.pieces(StateKind::adam_v)) {}
 
-std::vector<std::uint64_t> StateTrace::hash_local(const std::vector<StatePiece>& pieces,
-                                                  HashKind kind, bool owners_only) const {
-  std::vector<std::uint64_t> out(pieces.size(), 0);
-  const int n = static_cast<int>(pieces.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_)
-  for (int i = 0; i < n; ++i) {
-    const StatePiece& p = pieces[static_cast<std::size_t>(i)];
-    if (owners_only && !p.owner) continue;
-    out[static_cast<std::size_t>(i)] =
-        kind == HashKind::lockstep
-            ? fingerprint(p)
-            : torch_xor_hash(std::span<const float>(p.data, static_cast<std::size_t>(p.size())));
+namespace {
+
+// CPU seconds of the calling thread (CLOCK_THREAD_CPUTIME_ID), or of the process.
+double cpu_seconds(clockid_t clock) {
+  timespec ts{};
+  check(clock_gettime(clock, &ts) == 0,
+        std::string("state_trace: clock_gettime failed: ") + std::strerror(errno),
+        "CPU-time clocks are needed for metrics.jsonl's verify_cpu_ms");
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+}  // namespace
+
+double process_cpu_seconds() {
+  return cpu_seconds(CLOCK_PROCESS_CPUTIME_ID);
+}
+
+namespace {
+
+// One unit of hashing work: elements [a, b) of the flat range of piece `piece` of group
+// `group`.
+struct Chunk {
+  std::size_t group, piece;
+  std::int64_t a, b;
+};
+
+// `piece` restricted to its local elements [a, b): its fingerprint is their share.
+StatePiece sub_piece(const StatePiece& p, std::int64_t a, std::int64_t b) {
+  StatePiece s = p;
+  s.flat_begin = p.flat_begin + a;
+  s.flat_end = p.flat_begin + b;
+  s.data = p.data + a;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::uint64_t>> StateTrace::hash_owned(
+    const std::vector<const std::vector<StatePiece>*>& groups, HashKind kind) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::vector<std::uint64_t>> out;
+  std::vector<Chunk> chunks;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    out.emplace_back(groups[g]->size(), 0);
+    for (std::size_t i = 0; i < groups[g]->size(); ++i) {
+      const StatePiece& p = (*groups[g])[i];
+      if (!p.owner) continue;
+      check_piece(p);
+      for (std::int64_t a = 0; a < p.size(); a += kChunk)
+        chunks.push_back({g, i, a, std::min(p.size(), a + kChunk)});
+    }
   }
+  std::vector<std::uint64_t> part(chunks.size(), 0);
+  std::vector<double> cpu(chunks.size(), 0.0);
+  const int n = static_cast<int>(chunks.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
+  for (int c = 0; c < n; ++c) {
+    const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    const Chunk& k = chunks[static_cast<std::size_t>(c)];
+    const StatePiece& p = (*groups[k.group])[k.piece];
+    part[static_cast<std::size_t>(c)] =
+        kind == HashKind::lockstep ? fingerprint(sub_piece(p, k.a, k.b))
+                                   : torch_xor_hash(std::span<const float>(
+                                         p.data + k.a, static_cast<std::size_t>(k.b - k.a)));
+    cpu[static_cast<std::size_t>(c)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+  }
+  for (double x : cpu) hash_cpu_seconds_ += x;
+  // Exact integer combination, in chunk order (any order gives the same value).
+  for (std::size_t c = 0; c < chunks.size(); ++c) {
+    std::uint64_t& dst = out[chunks[c].group][chunks[c].piece];
+    dst = kind == HashKind::lockstep ? dst + part[c] : dst ^ part[c];
+  }
+  hash_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
 void StateTrace::after_reduce(std::int64_t step) {
   state_due_ = state_interval_ > 0 && step % state_interval_ == 0;
-  if (state_due_) grad_local_ = hash_local(grad_, kind_, true);
+  if (state_due_) grad_local_ = hash_owned({&grad_}, kind_)[0];
 }
 
 Fingerprints StateTrace::finish(std::int64_t step, std::uint64_t rng_fp, std::uint64_t data_fp) {
   const bool guard_due = guard_interval_ > 0 && step % guard_interval_ == 0;
+  if (guard_due) guard(step);
   if (!state_due_) {
-    if (guard_due) guard(step, hash_local(param_, HashKind::lockstep, false));
     last_.clear();
     return {{"rng", rng_fp}, {"data", data_fp}};
   }
-  // On guard steps every rank hashes all its parameters (lockstep kind); the trace takes the
-  // owners' values from the same numbers.
-  std::vector<std::uint64_t> param_local;
-  if (guard_due) {
-    const auto all = hash_local(param_, HashKind::lockstep, false);
-    guard(step, all);
-    param_local = kind_ == HashKind::lockstep ? all : hash_local(param_, kind_, true);
-    if (kind_ == HashKind::lockstep)
-      for (std::size_t i = 0; i < param_.size(); ++i)
-        if (!param_[i].owner) param_local[i] = 0;
-  } else {
-    param_local = hash_local(param_, kind_, true);
-  }
-  auto m_local = hash_local(m_, kind_, true);
-  auto v_local = hash_local(v_, kind_, true);
+  const auto local = hash_owned({&param_, &m_, &v_}, kind_);
 
   std::vector<std::uint64_t> all;
   all.reserve(4 * param_.size());
-  for (const auto* part : {&param_local, &grad_local_, &m_local, &v_local})
-    all.insert(all.end(), part->begin(), part->end());
+  const std::vector<std::uint64_t>* parts[] = {&local[0], &grad_local_, &local[1], &local[2]};
+  for (const auto* part : parts) all.insert(all.end(), part->begin(), part->end());
   allreduce_u64(world_, all, kind_ == HashKind::lockstep ? IntOp::sum : IntOp::bxor);
 
   Fingerprints fp;
@@ -92,9 +144,23 @@ Fingerprints StateTrace::finish(std::int64_t step, std::uint64_t rng_fp, std::ui
   return fp;
 }
 
-void StateTrace::guard(std::int64_t step, const std::vector<std::uint64_t>& local) {
+void StateTrace::guard(std::int64_t step) {
   const Communicator& dp = grid_.dp_comm();
   if (dp.size() == 1) return;
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> local(param_.size(), 0);
+  std::vector<double> cpu(param_.size(), 0.0);
+  const int n = static_cast<int>(param_.size());
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
+  for (int i = 0; i < n; ++i) {
+    const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    const StatePiece& p = param_[static_cast<std::size_t>(i)];
+    local[static_cast<std::size_t>(i)] =
+        replica_hash(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
+    cpu[static_cast<std::size_t>(i)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+  }
+  for (double x : cpu) hash_cpu_seconds_ += x;
+  hash_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::vector<std::uint64_t> lo(local), hi(local);
   allreduce_u64(dp, lo, IntOp::min);
   allreduce_u64(dp, hi, IntOp::max);
@@ -130,7 +196,10 @@ std::map<std::string, std::uint64_t> StateTrace::checkpoint_fingerprints() {
     return out;
   }
   const auto pieces = checkpoint_pieces();
-  auto local = hash_local(pieces, HashKind::lockstep, true);
+  const double keep = hash_seconds_, keep_cpu = hash_cpu_seconds_;  // not a step's verify_ms
+  auto local = hash_owned({&pieces}, HashKind::lockstep)[0];
+  hash_seconds_ = keep;
+  hash_cpu_seconds_ = keep_cpu;
   allreduce_u64(world_, local, IntOp::sum);
   for (std::size_t i = 0; i < pieces.size(); ++i) out[pieces[i].name] = local[i];
   return out;

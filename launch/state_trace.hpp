@@ -4,9 +4,14 @@
 // hashes the pieces it owns (launch/grad_sync.hpp: one owner per logical element), and one
 // integer allreduce over the world adds them up (sum mod 2^64; xor for verify.hash =
 // torch-xor). "rng" and "data" hash the random-stream coordinates and the data-order state.
-// The guard: on its steps every rank hashes all of its local parameters and the DP replicas
-// of each piece compare them with exact integer collectives; a mismatch stops the job with
-// the step, the tensor and the ranks.
+// The owned pieces are cut into chunks of at most kChunk elements and the chunks of a whole
+// call (param + adam_m + adam_v after the update) are spread over the rank's threads; the
+// chunk sums are added per piece mod 2^64 (xor for torch-xor), so neither the chunking nor
+// the thread count can change a value.
+// The guard: on its steps every rank hashes all of its local parameters (XXH3-64 of each
+// piece's bytes, verify/replica_hash.hpp: every byte checked, ~4x cheaper than the
+// fingerprint) and the DP replicas of each piece compare them with exact integer collectives;
+// a mismatch stops the job with the step, the tensor and the ranks.
 // Determinism contract: the fingerprints are functions of the logical state only, so in
 // invariant mode they are identical on every layout; hashing reads state and never writes it.
 #pragma once
@@ -30,6 +35,8 @@ using Fingerprints = std::vector<std::pair<std::string, std::uint64_t>>;
 
 class StateTrace {
  public:
+  static constexpr std::int64_t kChunk = std::int64_t{1} << 15;  // elements per work unit
+
   // state_interval: fingerprint the state groups on steps that are multiples of it (0:
   // never; the trace then has rng and data only); guard_interval likewise for the guard.
   StateTrace(GradSync& sync, const Communicator& world, const Grid& grid, HashKind kind,
@@ -42,6 +49,21 @@ class StateTrace {
   // trace's fp entries in canonical order: param/*, grad/*, adam_m/*, adam_v/*, rng, data.
   Fingerprints finish(std::int64_t step, std::uint64_t rng_fp, std::uint64_t data_fp);
 
+  // Seconds this rank spent hashing (state pieces and the guard's parameter hashes, not the
+  // collectives) since the last call; the trainer reports it per step as verify_ms.
+  double take_hash_seconds() {
+    const double s = hash_seconds_;
+    hash_seconds_ = 0;
+    return s;
+  }
+  // The same work's CPU seconds summed over the threads that did it (thread CPU clocks per
+  // chunk): a measure that machine load does not inflate.
+  double take_hash_cpu_seconds() {
+    const double s = hash_cpu_seconds_;
+    hash_cpu_seconds_ = 0;
+    return s;
+  }
+
   // The XXH3-64-style (lockstep) logical fingerprints of the checkpointed groups (param/,
   // adam_m/, adam_v/) as of the last finish(); computed now if the trace hash is torch-xor.
   std::map<std::string, std::uint64_t> checkpoint_fingerprints();
@@ -49,9 +71,12 @@ class StateTrace {
   std::vector<StatePiece> checkpoint_pieces();
 
  private:
-  std::vector<std::uint64_t> hash_local(const std::vector<StatePiece>& pieces, HashKind kind,
-                                        bool owners_only) const;
-  void guard(std::int64_t step, const std::vector<std::uint64_t>& local_param_fps);
+  // The owner pieces' hashes of each group (0 for pieces this rank does not own), all groups'
+  // chunks in one parallel loop over the rank's threads.
+  std::vector<std::vector<std::uint64_t>> hash_owned(
+      const std::vector<const std::vector<StatePiece>*>& groups, HashKind kind);
+  // XXH3-64 of every local parameter piece, compared across the DP replicas.
+  void guard(std::int64_t step);
 
   GradSync& sync_;
   const Communicator& world_;
@@ -63,7 +88,12 @@ class StateTrace {
   std::vector<StatePiece> grad_, param_, m_, v_;
   std::vector<std::uint64_t> grad_local_;
   Fingerprints last_;
+  double hash_seconds_ = 0, hash_cpu_seconds_ = 0;
 };
+
+// CPU seconds of this process, all threads (CLOCK_PROCESS_CPUTIME_ID); metrics.jsonl's
+// cpu_ms, against which verify_cpu_ms is read.
+double process_cpu_seconds();
 
 // Fingerprints of the random-stream coordinates (seed, next step) and the data order state.
 std::uint64_t rng_fingerprint(std::uint64_t seed, std::int64_t next_step);

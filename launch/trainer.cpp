@@ -376,6 +376,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
   while (step < last_step) {
     ++step;
     const auto t0 = Clock::now();
+    const double cpu0 = process_cpu_seconds();
     ops.begin_step(step);
     sync.begin_step();
     BinaryCounter loss_counter(1);
@@ -393,7 +394,15 @@ int train(const config::Config& cfg_in, Context& mpi) {
     const float loss = loss_sum / static_cast<float>(G * ctx);
 
     sync.reduce();  // canonical DP reduction, terms combined: this rank's update slices
+    // metrics.jsonl, this rank's verify work of the step (steady clock): verify_ms = hashing
+    // of state pieces and of the guard's parameters (StateTrace::take_hash_seconds, no
+    // collectives); verify_wall_ms = everything around the two verify calls: that, the
+    // rng/data fingerprints and the integer collectives (including waiting for other ranks);
+    // verify_cpu_ms / cpu_ms = the hashing's / the step's CPU time (all threads), a ratio
+    // that a loaded machine barely moves.
+    const auto tv0 = Clock::now();
     state.after_reduce(step);
+    double verify_secs = std::chrono::duration<double>(Clock::now() - tv0).count();
     const float grad_norm = sync.grad_norm();
     if (cfg.optim.clip > 0) {
       const ClipResult clip = clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip));
@@ -411,10 +420,15 @@ int train(const config::Config& cfg_in, Context& mpi) {
     sampler.advance();
 
     // All state fingerprinted over logical tensors (+ the replica guard when due).
+    const auto tv1 = Clock::now();
     const Fingerprints fp =
         state.finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg.run.seed), step + 1),
                      data_fingerprint(sampler.to_json().dump()));
+    verify_secs += std::chrono::duration<double>(Clock::now() - tv1).count();
+    const double hash_secs = state.take_hash_seconds();
+    const double hash_cpu_secs = state.take_hash_cpu_seconds();
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+    const double cpu_secs = process_cpu_seconds() - cpu0;
     if (step > start_step + 1) steady_seconds += secs;
     last_loss = loss;
 
@@ -434,6 +448,10 @@ int train(const config::Config& cfg_in, Context& mpi) {
       mj["grad_norm"] = grad_norm;
       mj["lr"] = lr;
       mj["ms"] = secs * 1e3;
+      mj["verify_ms"] = hash_secs * 1e3;
+      mj["verify_wall_ms"] = verify_secs * 1e3;
+      mj["verify_cpu_ms"] = hash_cpu_secs * 1e3;  // verify_ms's work, CPU time of all threads
+      mj["cpu_ms"] = cpu_secs * 1e3;              // the step's CPU time, all threads of rank 0
       mj["tokens_per_s"] = tps;
       files.metrics->write(mj.dump());
       const std::int64_t done = step - start_step;

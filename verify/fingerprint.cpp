@@ -190,11 +190,35 @@ std::uint64_t torch_xor_hash(const Tensor& t) {
 std::uint64_t fingerprint(const StatePiece& piece) {
   check_piece(piece);
   const std::uint64_t key = fingerprint_key(piece.name);
-  std::uint64_t sum = 0;
-  for_each_run(piece, [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
-    sum += range_sum(key, std::span<const float>(piece.data + local, static_cast<std::size_t>(len)),
+  auto range = [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
+    return range_sum(key, std::span<const float>(piece.data + local, static_cast<std::size_t>(len)),
                      static_cast<std::uint64_t>(logical));
+  };
+  if (piece.size() <= 0) return 0;
+  // A box that spans whole rows of every inner dimension (only dim 0 offset: no TP split, or
+  // a split on dim 0) is one contiguous run of logical indices: one kernel call.
+  const std::size_t rank = piece.box_shape.size();
+  bool contiguous = rank > 0;
+  std::int64_t inner = 1;
+  for (std::size_t d = 1; d < rank; ++d) {
+    contiguous = contiguous && piece.box_shape[d] == piece.global_shape[d];
+    inner *= piece.global_shape[d];
+  }
+  if (contiguous) return range(piece.box_offset[0] * inner + piece.flat_begin, 0, piece.size());
+  // Otherwise per run, consecutive runs that continue each other merged (same terms).
+  std::uint64_t sum = 0;
+  std::int64_t run_logical = 0, run_local = 0, run_len = 0;
+  for_each_run(piece, [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
+    if (run_len > 0 && logical == run_logical + run_len && local == run_local + run_len) {
+      run_len += len;
+      return;
+    }
+    if (run_len > 0) sum += range(run_logical, run_local, run_len);
+    run_logical = logical;
+    run_local = local;
+    run_len = len;
   });
+  if (run_len > 0) sum += range(run_logical, run_local, run_len);
   return sum;
 }
 

@@ -18,6 +18,7 @@
 #include "tests/support/test_data.hpp"
 #include "verify/fingerprint.hpp"
 #include "verify/fingerprint_kernel.hpp"
+#include "verify/replica_hash.hpp"
 
 using namespace lockstep;
 using lockstep::testing::mixed_floats;
@@ -241,14 +242,39 @@ TEST_CASE("a shard descriptor outside the logical shape is an error") {
 }
 
 TEST_CASE("every ISA path of the float32 sum gives the scalar sum") {
-  const std::vector<float> v = mixed_floats(1037, 99);
-  for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 64u, 1037u})
-    for (std::uint64_t first : {0ull, 3ull, 1ull << 40}) {
-      const std::uint64_t ref = detail::fingerprint_f32_scalar(0x1234, v.data(), n, first);
-      CHECK(detail::fingerprint_f32(0x1234, v.data(), n, first) == ref);
+  // The AVX-512 kernel runs blocks of 16 vector + 3 scalar elements, then 8-lane steps,
+  // then a scalar tail: sizes around every boundary, odd start offsets (unaligned loads),
+  // logical indices near 2^32 and 2^64 (wrap-around of the index vector).
+  const std::vector<float> v = mixed_floats(70001, 99);
+  std::vector<std::size_t> sizes = {0,  1,  7,  8,  9,  15, 16, 17, 18,   19,   20,    26,   27,
+                                    28, 37, 38, 39, 45, 46, 57, 64, 1037, 4096, 65536, 69999};
+  for (std::size_t n : sizes)
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{2}})
+      for (std::uint64_t first : {0ull, 3ull, 1ull << 40, (1ull << 32) - 5, ~0ull - 20}) {
+        const float* d = v.data() + off;
+        INFO("n " << n << " offset " << off << " first " << first);
+        const std::uint64_t ref = detail::fingerprint_f32_scalar(0x1234, d, n, first);
+        CHECK(detail::fingerprint_f32(0x1234, d, n, first) == ref);
+        if (isa_supported(Isa::avx512))
+          CHECK(detail::fingerprint_f32_avx512(0x1234, d, n, first) == ref);
+      }
+}
+
+TEST_CASE("the replica guard's hash is XXH3-64 of the bytes on every path") {
+  const std::vector<float> v = mixed_floats(20011, 17);
+  for (std::size_t n : {0u, 1u, 3u, 16u, 17u, 128u, 129u, 240u, 241u, 1024u, 1025u, 20011u})
+    for (std::size_t off : {0u, 1u}) {
+      if (off + n > v.size()) continue;
+      const std::uint64_t ref = xxh3_64(v.data() + off, n * sizeof(float));
+      INFO("n " << n << " offset " << off);
+      CHECK(replica_hash(v.data() + off, n * sizeof(float)) == ref);
       if (isa_supported(Isa::avx512))
-        CHECK(detail::fingerprint_f32_avx512(0x1234, v.data(), n, first) == ref);
+        CHECK(detail::replica_hash_avx512(v.data() + off, n * sizeof(float)) == ref);
     }
+  // Odd byte counts too (the AVX-512 accumulator's stripes and the tail).
+  const char* bytes = reinterpret_cast<const char*>(v.data());
+  for (std::size_t n : {5u, 63u, 65u, 1000u, 4097u, 80039u})
+    CHECK(replica_hash(bytes + 1, n) == xxh3_64(bytes + 1, n));
 }
 
 TEST_CASE("a state piece's fingerprint is its logical elements' share") {
@@ -276,4 +302,53 @@ TEST_CASE("a state piece's fingerprint is its logical elements' share") {
     }
   }
   CHECK(sum == ref);
+}
+
+TEST_CASE("state pieces: the contiguous fast path and merged runs give the per-element sum") {
+  // [4, 6, 5] split 2 ways on each dim in turn (dim 0: whole rows, one contiguous range per
+  // piece; dims 1 and 2: runs of rows), each box cut into 3 flat segments; a 1-D tensor too.
+  const std::vector<float> whole = mixed_floats(120, 8);
+  Tensor t = Tensor::zeros(DType::f32, {4, 6, 5});
+  std::copy(whole.begin(), whole.end(), t.data<float>());
+  const std::uint64_t ref = fingerprint("adam_v/x", t);
+  for (int dim = 0; dim < 3; ++dim) {
+    const Shape g = {4, 6, 5};
+    std::uint64_t sum = 0;
+    for (int half = 0; half < 2; ++half) {
+      Shape box = g, off = {0, 0, 0};
+      box[dim] = dim == 2 ? (half == 0 ? 3 : 2) : g[dim] / 2;
+      off[dim] = half == 0 ? 0 : (dim == 2 ? 3 : g[dim] / 2);
+      std::vector<float> local;
+      for (std::int64_t a = 0; a < box[0]; ++a)
+        for (std::int64_t b = 0; b < box[1]; ++b)
+          for (std::int64_t c = 0; c < box[2]; ++c)
+            local.push_back(whole[((a + off[0]) * 6 + b + off[1]) * 5 + c + off[2]]);
+      const std::int64_t n = static_cast<std::int64_t>(local.size());
+      for (int seg = 0; seg < 3; ++seg) {
+        StatePiece p;
+        p.name = "adam_v/x";
+        p.global_shape = g;
+        p.box_offset = off;
+        p.box_shape = box;
+        p.flat_begin = seg * (n / 3 + 1);
+        p.flat_end = std::min<std::int64_t>(n, (seg + 1) * (n / 3 + 1));
+        p.data = local.data() + p.flat_begin;
+        sum += fingerprint(p);
+      }
+    }
+    INFO("split on dim " << dim);
+    CHECK(sum == ref);
+  }
+  Tensor v = Tensor::view(const_cast<float*>(whole.data()), DType::f32, {120});
+  StatePiece p;
+  p.name = "adam_v/x";
+  p.global_shape = {120};
+  p.box_offset = {40};
+  p.box_shape = {80};
+  p.flat_begin = 7;
+  p.flat_end = 61;
+  p.data = const_cast<float*>(whole.data()) + 47;
+  CHECK(fingerprint(p) ==
+        fingerprint_range("adam_v/x", std::span<const float>(whole.data() + 47, 54), 47));
+  CHECK(fingerprint("adam_v/x", v) != 0);
 }
