@@ -7,7 +7,13 @@
 // Layouts: save with ZeRO over all ranks (tp 1); load into the same layout, and (resharding)
 // into tp = world size without ZeRO (np 2) or from --reshard-from DIR (a checkpoint saved by
 // another run, e.g. np 2 with ZeRO, loaded at np 1). Async: a simulated training step (a
-// compute loop of fixed length) timed alone and while an AsyncSaver writes.
+// compute loop of fixed length) timed alone (8 steps before and 8 after) and on every step
+// that overlaps an AsyncSaver's write (steps run until its writer thread is done).
+// CPU clocks next to the wall clocks (the machine may be shared): save_cpu_s is this
+// process's CPU time during save() (rank 0; kernel time of its syscalls included, the
+// kernel's writeback threads not), async.writer_cpu_s the CPU the process used during the
+// overlapped steps beyond the training thread's own.
+// --buffered writes through the page cache instead of O_DIRECT (A/B switch).
 // Prints one JSON object (rank 0). Usage:
 //   mpirun -np 2 build/bin/bench_ckpt --dir /tmp/ck [--layers 10] [--reshard-from DIR]
 #include <fcntl.h>
@@ -15,7 +21,9 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +46,12 @@ namespace {
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double cpu_clock(clockid_t id) {
+  timespec ts{};
+  check(::clock_gettime(id, &ts) == 0, "clock_gettime failed");
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
 struct TensorSpec {
@@ -190,6 +204,13 @@ int main(int argc, char** argv) {
   app.add_option("--layers", layers, "transformer blocks (10: ~96M parameters)");
   app.add_option("--reshard-from", reshard_from, "a checkpoint saved by another layout to load");
   app.add_option("--step-iters", step_iters, "length of the simulated training step");
+  bool buffered = false;
+  app.add_flag("--buffered", buffered, "write through the page cache (no O_DIRECT)");
+  int load_reps = 1;
+  app.add_option("--load-reps", load_reps,
+                 "same-layout loads (each after dropping the pages); medians are reported");
+  bool skip_async = false;
+  app.add_flag("--skip-async", skip_async, "skip the async-save measurement");
   CLI11_PARSE(app, argc, argv);
   return run_ranks(argc, argv, [&](Context& ctx) {
     const Communicator& world = ctx.world();
@@ -221,67 +242,126 @@ int main(int argc, char** argv) {
     fill(src);
     const auto fps = fingerprints(world, src);
     std::string ck;
+    ckpt::SaveOptions save_opt{root, 1, 1, -1, !buffered};
+    double save_cpu = 0;
     const double t_save = timed([&] {
-      ck = ckpt::save(world, {root, 1, 1, -1}, src.pieces, fps, {});
+      const double c0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+      ck = ckpt::save(world, save_opt, src.pieces, fps, {});
+      save_cpu = cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
     });
+    out["direct_io"] = !buffered;
     out["save_s"] = t_save;
+    out["save_cpu_s"] = save_cpu;
     out["save_Bps"] = static_cast<double>(params * 12) / t_save;
     std::string cache_method = drop_cache(ck);
     const ckpt::Meta meta = ckpt::read_meta(ck);
     State same = make_state(world, specs, 1, np > 1);
-    out["load_same_s"] = timed([&] { ckpt::load(world, ck, meta, same.pieces); });
+    // Rank 0's process CPU time of a load (all its threads: the reader, the OpenMP team).
+    auto timed_cpu = [&](auto&& f, double* cpu) {
+      return timed([&] {
+        const double c0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+        f();
+        *cpu = cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
+      });
+    };
+    std::vector<double> load_s, load_cpu;
+    for (int rep = 0; rep < std::max(1, load_reps); ++rep) {
+      if (rep > 0) drop_cache(ck);
+      double cpu = 0;
+      load_s.push_back(timed_cpu([&] { ckpt::load(world, ck, meta, same.pieces); }, &cpu));
+      load_cpu.push_back(cpu);
+    }
+    auto mid = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    out["load_same_s"] = mid(load_s);
+    out["load_same_cpu_s"] = mid(load_cpu);
+    out["load_same_s_all"] = load_s;
+    out["load_same_cpu_s_all"] = load_cpu;
     out["load_same_layout"] = np > 1 ? "tp1 dp" + std::to_string(np) + " zero" : "tp1";
     if (np > 1) {
       drop_cache(ck);
       State other = make_state(world, specs, np, false);
-      out["load_reshard_s"] = timed([&] { ckpt::load(world, ck, meta, other.pieces); });
+      double cpu = 0;
+      out["load_reshard_s"] = timed_cpu([&] { ckpt::load(world, ck, meta, other.pieces); }, &cpu);
+      out["load_reshard_cpu_s"] = cpu;
       out["load_reshard_layout"] = "tp" + std::to_string(np) + " no zero (saved tp1 zero)";
     }
     if (!reshard_from.empty()) {
       drop_cache(reshard_from);
       const ckpt::Meta m2 = ckpt::read_meta(reshard_from);
       State other = make_state(world, specs, 1, np > 1);
-      out["load_reshard_s"] = timed([&] { ckpt::load(world, reshard_from, m2, other.pieces); });
+      double cpu = 0;
+      out["load_reshard_s"] =
+          timed_cpu([&] { ckpt::load(world, reshard_from, m2, other.pieces); }, &cpu);
+      out["load_reshard_cpu_s"] = cpu;
       out["load_reshard_layout"] = "tp1 at np " + std::to_string(np) + " from " + reshard_from;
     }
     out["page_cache"] = cache_method;
-    // Async save: steps alone, then the same steps overlapping an AsyncSaver.
-    const int steps = 8;
-    std::vector<double> alone, overlapped;
+    if (!skip_async) {
+    // Async save, `rounds` times: steps alone, then every step that overlaps an
+    // AsyncSaver's write (until its writer thread is done); steps alone once more at the
+    // end. Alone and overlapped steps alternate in time, so load from elsewhere on the
+    // machine hits both alike. Round 1's start() allocates the image (page faults); later
+    // rounds reuse it, as every later save of a run does.
+    const int steps = 8, rounds = 3;
+    std::vector<double> alone, overlapped, starts, writes, finishes, writer_cpu;
     volatile double sink = 0;
-    for (int s = 0; s < steps; ++s) {
+    auto step = [&](std::vector<double>& into) {
       const double t0 = now();
       sink = sink + step_work(step_iters);
-      alone.push_back(now() - t0);
-    }
+      into.push_back(now() - t0);
+    };
     ckpt::AsyncSaver saver;
-    double t_start = 0, t_finish = 0;
-    {
+    for (int r = 0; r < rounds; ++r) {
+      for (int s = 0; s < steps; ++s) step(alone);
       const double t0 = now();
-      saver.start(world, {root, 2, 1, -1}, src.pieces, fps, {});
-      t_start = now() - t0;
-    }
-    for (int s = 0; s < steps; ++s) {
-      const double t0 = now();
-      sink = sink + step_work(step_iters);
-      overlapped.push_back(now() - t0);
-    }
-    {
-      const double t0 = now();
+      ckpt::SaveOptions async_opt{root, 2 + r, 1, -1, !buffered};
+      saver.start(world, async_opt, src.pieces, fps, {});
+      starts.push_back(now() - t0);
+      const double p0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+      const double m0 = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+      while (!saver.written() && overlapped.size() < 2000) step(overlapped);
+      writes.push_back(now() - t0);
+      writer_cpu.push_back((cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) -
+                           (cpu_clock(CLOCK_THREAD_CPUTIME_ID) - m0));
+      const double t1 = now();
       saver.finish(world);
-      t_finish = now() - t0;
+      finishes.push_back(now() - t1);
     }
+    for (int s = 0; s < steps; ++s) step(alone);
     auto mean = [](const std::vector<double>& v) {
       double s = 0;
       for (double x : v) s += x;
-      return s / static_cast<double>(v.size());
+      return v.empty() ? 0.0 : s / static_cast<double>(v.size());
     };
+    auto median = [](std::vector<double> v) {
+      if (v.empty()) return 0.0;
+      std::sort(v.begin(), v.end());
+      return v[v.size() / 2];
+    };
+    double wcpu = 0;
+    for (double x : writer_cpu) wcpu += x;
     out["async"] = {{"step_alone_s", mean(alone)},
                     {"step_overlapped_s", mean(overlapped)},
-                    {"overhead_on_overlapped_steps", mean(overlapped) / mean(alone) - 1},
-                    {"start_snapshot_s", t_start},
-                    {"finish_wait_s", t_finish},
-                    {"steps", steps}};
+                    {"overhead_on_overlapped_steps",
+                     overlapped.empty() ? 0.0 : mean(overlapped) / mean(alone) - 1},
+                    {"step_alone_median_s", median(alone)},
+                    {"step_overlapped_median_s", median(overlapped)},
+                    {"overhead_median",
+                     overlapped.empty() ? 0.0 : median(overlapped) / median(alone) - 1},
+                    {"rounds", rounds},
+                    {"start_snapshot_s", starts.front()},
+                    {"start_snapshot_reused_s", median(std::vector<double>(starts.begin() + 1, starts.end()))},
+                    {"start_s_per_round", starts},
+                    {"write_s_per_round", writes},
+                    {"writer_cpu_s", wcpu},
+                    {"writer_cpu_s_per_round", writer_cpu},
+                    {"finish_wait_s", mean(finishes)},
+                    {"steps_alone", alone.size()},
+                    {"steps_overlapped", overlapped.size()}};
+    }
     if (world.rank() == 0) {
       const double dw = out["dd_write_Bps"], dr = out["dd_read_direct_Bps"];
       const double bytes = static_cast<double>(params * 12);

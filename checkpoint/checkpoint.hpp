@@ -36,12 +36,16 @@
 
 namespace lockstep::ckpt {
 
+class FileImage;  // checkpoint/direct_io.hpp
+
 struct SaveOptions {
   std::string root;       // <run.out>/checkpoints
   std::int64_t step = 0;  // checkpoint directory: root/step_<8 digits>/
   std::int64_t keep = 0;  // keep the newest N complete checkpoints (0: all)
   int kill_rank = -1;     // fault injection: this world rank _exit(1)s right after writing
                           // and fsyncing its shard file (before meta.json exists)
+  bool direct_io = true;  // O_DIRECT shard writes (checkpoint/direct_io.hpp); false: through
+                          // the page cache (same bytes; the benchmark's A/B switch)
 };
 
 // "step_00000012".
@@ -55,8 +59,9 @@ std::string save(const Communicator& world, const SaveOptions& opt,
                  const std::map<std::string, std::uint64_t>& fingerprints,
                  const nlohmann::json& run);
 
-// A save whose owner pieces are copied into memory by start() and written by a background
-// thread while training continues; finish() (collective, main thread: the MPI gather,
+// A save whose owner pieces are copied by start() into an image of the shard file (hashing
+// them on the way, on the OpenMP threads) and written by a background thread that only
+// issues O_DIRECT writes while training continues; finish() (collective, main thread: the MPI gather,
 // meta.json and `latest`) completes it. start() with a save in flight finishes that one
 // first. The destructor joins a running writer thread and never throws (a save not
 // finished is then simply incomplete on disk, like a killed one).
@@ -72,12 +77,15 @@ class AsyncSaver {
              const std::map<std::string, std::uint64_t>& fingerprints, const nlohmann::json& run);
   std::string finish(const Communicator& world);  // "" when nothing was in flight
   bool in_flight() const;
+  // True when no save is in flight or its writer thread is done (finish() will not wait
+  // for the disk). Not collective; for callers that want to finish without blocking.
+  bool written() const;
 
   struct Job;  // internal
 
  private:
   std::unique_ptr<Job> job_;
-  std::vector<std::vector<float>> spare_;  // the last snapshot's buffers, reused
+  std::unique_ptr<FileImage> spare_;  // the last snapshot's image, reused
 };
 
 // run.resume -> a checkpoint directory or "" (fresh start). "none"/"" -> "". "auto" -> the

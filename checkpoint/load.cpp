@@ -1,23 +1,33 @@
 // load(): plan every read (validating names, shapes and shard headers before touching a
-// destination byte), then execute it shard by shard with hash checks, then compare the
-// fingerprints summed over the job with meta.json.
+// destination byte), then execute it shard by shard (O_DIRECT reads pipelined with the chunk
+// hash checks and the copies), then compare the fingerprints summed over the job with
+// meta.json.
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <span>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/direct_io.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
+#include "verify/replica_hash.hpp"
 
 namespace lockstep::ckpt {
 namespace {
 
 namespace fs = std::filesystem;
+
+// Size of the pieces read_pipelined hands over (rounded down to whole chunks): one O_DIRECT
+// read each. 2 MiB read faster than 8 or 32 MiB on the test disk (QD1 reads: a smaller
+// request finishes sooner, so the next one is issued sooner) and still gives each OpenMP
+// thread a 1 MiB chunk to hash.
+constexpr std::uint64_t kReadPieceBytes = std::uint64_t{2} << 20;
 
 struct Run {
   std::int64_t logical, local, len;
@@ -35,13 +45,14 @@ std::vector<Run> runs_of(const StatePiece& g) {
   return out;
 }
 
-// A copy of `len` floats: shard element `src` -> piece element `dst`.
+// A copy of `len` floats: shard element `src` -> piece element `dst` (logical index
+// `logical`).
 struct Segment {
-  std::int64_t dst, src, len;
+  std::int64_t dst, src, len, logical;
 };
 
-// Intersection of two run lists sorted by logical index, coalesced where both sides stay
-// contiguous.
+// Intersection of two run lists sorted by logical index, coalesced where both sides and the
+// logical index stay contiguous.
 std::vector<Segment> intersect(const std::vector<Run>& piece, const std::vector<Run>& shard) {
   std::vector<Segment> out;
   std::size_t i = 0, j = 0;
@@ -51,9 +62,10 @@ std::vector<Segment> intersect(const std::vector<Run>& piece, const std::vector<
     const std::int64_t lo = std::max(a.logical, b.logical);
     const std::int64_t hi = std::min(a.logical + a.len, b.logical + b.len);
     if (lo < hi) {
-      const Segment s{a.local + (lo - a.logical), b.local + (lo - b.logical), hi - lo};
+      const Segment s{a.local + (lo - a.logical), b.local + (lo - b.logical), hi - lo, lo};
       if (!out.empty() && out.back().dst + out.back().len == s.dst &&
-          out.back().src + out.back().len == s.src)
+          out.back().src + out.back().len == s.src &&
+          out.back().logical + out.back().len == s.logical)
         out.back().len += s.len;
       else
         out.push_back(s);
@@ -68,6 +80,7 @@ std::vector<Segment> intersect(const std::vector<Run>& piece, const std::vector<
 
 struct Target {
   const StatePiece* piece;
+  std::size_t index;  // of the piece in read_pieces' list
   std::vector<Segment> segments;
 };
 
@@ -84,8 +97,15 @@ std::string shard_where(const std::string& path, const TensorRecord& t, const Sh
 
 }  // namespace
 
-void read_pieces(const std::string& ckpt_dir, const Meta& meta,
-                 const std::vector<const StatePiece*>& pieces) {
+namespace {
+
+// read_pieces(); with `fps` (one per piece), also the fingerprints of the owner pieces,
+// computed on each copied range right after its copy (cache-hot, overlapping the reads)
+// where every element of the piece is written exactly once by the copies, else afterwards
+// from the piece's memory.
+void read_pieces_impl(const std::string& ckpt_dir, const Meta& meta,
+                      const std::vector<const StatePiece*>& pieces,
+                      std::vector<std::uint64_t>* fps) {
   // ---- phase 1: plan and validate (no destination byte is written) ----
   for (const StatePiece* p : pieces) {
     auto it = meta.tensors.find(p->name);
@@ -101,7 +121,9 @@ void read_pieces(const std::string& ckpt_dir, const Meta& meta,
   std::map<std::string, StHeader> headers;
   std::vector<ShardPlan> plans;
   std::map<const ShardRecord*, std::size_t> plan_of;
-  for (const StatePiece* p : pieces) {
+  std::vector<std::int64_t> covered(pieces.size(), 0);  // elements written, per piece
+  for (std::size_t pi = 0; pi < pieces.size(); ++pi) {
+    const StatePiece* p = pieces[pi];
     if (p->size() == 0) continue;
     const TensorRecord& t = meta.tensors.at(p->name);
     const std::vector<Run> pruns = runs_of(*p);
@@ -134,74 +156,151 @@ void read_pieces(const std::string& ckpt_dir, const Meta& meta,
               "the shard file does not belong to this meta.json");
         plans.push_back({&t, &s, e, {}});
       }
-      plans[pit->second].targets.push_back({p, std::move(segs)});
+      for (const Segment& g : segs) covered[pi] += g.len;
+      plans[pit->second].targets.push_back({p, pi, std::move(segs)});
     }
   }
   // ---- phase 2: read, hash-check, scatter (file by file, in file order) ----
+  // Each shard's needed bytes (all of them, or the chunks its targets touch) are read by
+  // read_pipelined's helper thread (O_DIRECT, a few pieces ahead) while this thread checks
+  // every chunk's XXH3-64 against meta.json and only then copies the chunk's bytes into the
+  // pieces (chunks of a piece in parallel on the OpenMP threads). The chunk hashes cover
+  // every byte read, so no byte reaches a destination unchecked.
   std::sort(plans.begin(), plans.end(), [](const ShardPlan& a, const ShardPlan& b) {
     return a.shard->file != b.shard->file ? a.shard->file < b.shard->file
                                           : a.entry->begin < b.entry->begin;
   });
-  std::vector<char> staging;
-  std::string open_name;
-  std::unique_ptr<File> file;
-  for (const ShardPlan& plan : plans) {
-    const ShardRecord& s = *plan.shard;
-    const std::string path = (fs::path(ckpt_dir) / s.file).string();
-    if (open_name != s.file) {
-      file = std::make_unique<File>(path, "r");
-      open_name = s.file;
-      check(file->size() == headers.at(s.file).file_size,
-            "checkpoint shard '" + path + "' changed size while loading");
-    }
-    const std::uint64_t base = headers.at(s.file).data_start + plan.entry->begin;
-    const std::uint64_t bytes = static_cast<std::uint64_t>(s.size()) * 4;
-    auto mismatch = [&](std::uint64_t b, std::uint64_t e, std::uint64_t got, std::uint64_t want) {
-      fail(shard_where(path, *plan.tensor, s) + ": XXH3-64 of bytes [" + std::to_string(b) + ", " +
-               std::to_string(e) + ") is " + hex64(got) + " but meta.json says " + hex64(want),
-           "the shard file is corrupted; restore it or resume from another checkpoint");
-    };
-    std::int64_t lo = s.size(), hi = 0, covered = 0;
-    for (const Target& t : plan.targets)
-      for (const Segment& g : t.segments) {
-        lo = std::min(lo, g.src);
-        hi = std::max(hi, g.src + g.len);
-        covered += g.len;
-      }
-    // Whole shard onto one contiguous destination range: read straight into it.
-    if (plan.targets.size() == 1 && plan.targets[0].segments.size() == 1 &&
-        plan.targets[0].segments[0].len == s.size()) {
-      float* dst = plan.targets[0].piece->data + plan.targets[0].segments[0].dst;
-      file->pread_all(dst, bytes, base);
-      const std::uint64_t h = xxh3_64(dst, bytes);
-      if (h != s.hash) mismatch(0, bytes, h, s.hash);
-      continue;
-    }
-    std::uint64_t rb = 0, re = bytes;  // byte range read into staging
-    if (!(lo == 0 && hi == s.size())) {
-      rb = static_cast<std::uint64_t>(lo) * 4 / meta.chunk_bytes * meta.chunk_bytes;
-      re = std::min(bytes, (static_cast<std::uint64_t>(hi) * 4 + meta.chunk_bytes - 1) /
-                               meta.chunk_bytes * meta.chunk_bytes);
-    }
-    staging.resize(re - rb);
-    file->pread_all(staging.data(), re - rb, base + rb);
-    if (rb == 0 && re == bytes) {
-      const std::uint64_t h = xxh3_64(staging.data(), bytes);
-      if (h != s.hash) mismatch(0, bytes, h, s.hash);
-    } else {
-      for (std::uint64_t c = rb; c < re; c += meta.chunk_bytes) {
-        const std::uint64_t n = std::min(meta.chunk_bytes, re - c);
-        const std::uint64_t h = xxh3_64(staging.data() + (c - rb), n);
-        const std::uint64_t want = s.chunks[c / meta.chunk_bytes];
-        if (h != want) mismatch(c, c + n, h, want);
-      }
-    }
-    const float* src = reinterpret_cast<const float*>(staging.data()) - rb / 4;
-    for (const Target& t : plan.targets)
-      for (const Segment& g : t.segments)
-        std::memcpy(t.piece->data + g.dst, src + g.src, static_cast<std::size_t>(g.len) * 4);
-    (void)covered;
+  const std::uint64_t cb = meta.chunk_bytes;
+  check(cb > 0, "checkpoint '" + ckpt_dir + "': chunk_bytes is 0", "meta.json is damaged");
+  const std::uint64_t piece_bytes = std::max<std::uint64_t>(1, kReadPieceBytes / cb) * cb;
+  // Fingerprint while copying: owner pieces written exactly once (the shards partition the
+  // tensor, so covered == size means no gap and no overlap), whole elements per chunk.
+  std::vector<char> fused(pieces.size(), 0);
+  if (fps) {
+    fps->assign(pieces.size(), 0);
+    for (std::size_t pi = 0; pi < pieces.size(); ++pi)
+      fused[pi] = pieces[pi]->owner && covered[pi] == pieces[pi]->size() && cb % 4 == 0;
   }
+  // A byte copy: shard bytes [src, src + len) -> dst; fingerprinted into (*fps)[fp] unless
+  // fp == npos, the first element having logical index `logical`.
+  constexpr std::size_t npos = ~std::size_t{0};
+  struct Copy {
+    char* dst;
+    std::uint64_t src, len, logical;
+    std::size_t fp;
+    const std::string* name;
+  };
+  struct Job {
+    const ShardPlan* plan;
+    std::uint64_t rb, re;            // byte range of the shard read (chunk-aligned start)
+    std::vector<Copy> copies;        // sorted by src
+    std::vector<std::uint64_t> end;  // running max of copies[i].src + len (monotone)
+  };
+  for (std::size_t first = 0; first < plans.size();) {
+    const std::string& name = plans[first].shard->file;
+    std::size_t last = first;
+    while (last < plans.size() && plans[last].shard->file == name) ++last;
+    const std::string path = (fs::path(ckpt_dir) / name).string();
+    const StHeader& header = headers.at(name);
+    check(File(path, "r").size() == header.file_size,
+          "checkpoint shard '" + path + "' changed size while loading");
+    std::vector<Job> jobs;
+    std::vector<ReadRange> ranges;
+    for (std::size_t k = first; k < last; ++k) {
+      const ShardPlan& plan = plans[k];
+      const ShardRecord& s = *plan.shard;
+      const std::uint64_t bytes = static_cast<std::uint64_t>(s.size()) * 4;
+      Job job{&plan, 0, bytes, {}, {}};
+      std::uint64_t lo = bytes, hi = 0;
+      for (const Target& t : plan.targets)
+        for (const Segment& g : t.segments) {
+          const auto src = static_cast<std::uint64_t>(g.src) * 4;
+          const auto len = static_cast<std::uint64_t>(g.len) * 4;
+          job.copies.push_back({reinterpret_cast<char*>(t.piece->data + g.dst), src, len,
+                                static_cast<std::uint64_t>(g.logical),
+                                fused[t.index] ? t.index : npos, &t.piece->name});
+          lo = std::min(lo, src);
+          hi = std::max(hi, src + len);
+        }
+      job.rb = lo / cb * cb;
+      job.re = std::min(bytes, (hi + cb - 1) / cb * cb);
+      std::sort(job.copies.begin(), job.copies.end(),
+                [](const Copy& a, const Copy& b) { return a.src < b.src; });
+      std::uint64_t run = 0;
+      for (const Copy& c : job.copies) job.end.push_back(run = std::max(run, c.src + c.len));
+      ranges.push_back({header.data_start + plan.entry->begin + job.rb, job.re - job.rb});
+      jobs.push_back(std::move(job));
+    }
+    read_pipelined(path, ranges, piece_bytes, [&](std::size_t r, std::uint64_t at, const char* data,
+                                                  std::uint64_t n) {
+      const Job& job = jobs[r];
+      const ShardRecord& s = *job.plan->shard;
+      const std::uint64_t bytes = static_cast<std::uint64_t>(s.size()) * 4;
+      const std::uint64_t b0 = job.rb + at;  // shard byte of data[0], chunk-aligned
+      const auto nchunks = static_cast<std::int64_t>((n + cb - 1) / cb);
+      std::int64_t bad = nchunks;  // lowest failing chunk of this piece
+      std::uint64_t bad_hash = 0;
+#pragma omp parallel for schedule(static, 1)
+      for (std::int64_t k = 0; k < nchunks; ++k) {
+        const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(k) * cb;
+        const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
+        const char* src = data + (c0 - b0);
+        const std::uint64_t h = replica_hash(src, c1 - c0);
+        if (h != s.chunks[c0 / cb]) {
+#pragma omp critical(lockstep_ckpt_load_bad)
+          if (k < bad) {
+            bad = k;
+            bad_hash = h;
+          }
+          continue;
+        }
+        // Copies overlapping [c0, c1): from the first whose running end passes c0, up to the
+        // first starting at or after c1.
+        auto i = static_cast<std::size_t>(
+            std::partition_point(job.end.begin(), job.end.end(),
+                                 [&](std::uint64_t e) { return e <= c0; }) -
+            job.end.begin());
+        for (; i < job.copies.size() && job.copies[i].src < c1; ++i) {
+          const Copy& cp = job.copies[i];
+          const std::uint64_t x0 = std::max(c0, cp.src), x1 = std::min(c1, cp.src + cp.len);
+          if (x0 >= x1) continue;
+          std::memcpy(cp.dst + (x0 - cp.src), src + (x0 - c0), x1 - x0);
+          if (cp.fp == npos) continue;
+          const std::uint64_t f = fingerprint_range(
+              *cp.name,
+              std::span<const float>(reinterpret_cast<const float*>(cp.dst + (x0 - cp.src)),
+                                     static_cast<std::size_t>((x1 - x0) / 4)),
+              cp.logical + (x0 - cp.src) / 4);
+#pragma omp atomic
+          (*fps)[cp.fp] += f;
+        }
+      }
+      if (bad < nchunks) {
+        const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(bad) * cb;
+        const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
+        fail(shard_where(path, *job.plan->tensor, s) + ": XXH3-64 of bytes [" +
+                 std::to_string(c0) + ", " + std::to_string(c1) + ") is " + hex64(bad_hash) +
+                 " but meta.json says " + hex64(s.chunks[c0 / cb]),
+             "the shard file is corrupted; restore it or resume from another checkpoint");
+      }
+    });
+    first = last;
+  }
+  if (fps) {
+    const auto n = static_cast<std::int64_t>(pieces.size());
+#pragma omp parallel for schedule(dynamic, 1)
+    for (std::int64_t k = 0; k < n; ++k) {
+      const auto i = static_cast<std::size_t>(k);
+      if (pieces[i]->owner && !fused[i]) (*fps)[i] = fingerprint(*pieces[i]);
+    }
+  }
+}
+
+}  // namespace
+
+void read_pieces(const std::string& ckpt_dir, const Meta& meta,
+                 const std::vector<const StatePiece*>& pieces) {
+  read_pieces_impl(ckpt_dir, meta, pieces, nullptr);
 }
 
 void load(const Communicator& world, const std::string& ckpt_dir, const Meta& meta,
@@ -215,20 +314,15 @@ void load(const Communicator& world, const std::string& ckpt_dir, const Meta& me
   std::vector<const StatePiece*> mine;
   for (const StatePiece& p : pieces)
     if (wanted(p.name)) mine.push_back(&p);
-  read_pieces(ckpt_dir, meta, mine);
+  // Per-piece fingerprints (0 for non-owners), computed while loading (see read_pieces_impl);
+  // the sums are mod 2^64, so the result does not depend on the thread count or order.
+  std::vector<std::uint64_t> piece_fp;
+  read_pieces_impl(ckpt_dir, meta, mine, &piece_fp);
   // Fingerprints of the owner pieces, summed over the job, per meta tensor (same order on
   // every rank: meta.json is the same file), plus owner element counts.
   std::vector<std::string> names;
   for (const auto& [name, t] : meta.tensors)
     if (wanted(name)) names.push_back(name);
-  // Per-piece fingerprints on the OpenMP threads (they dominate the CPU cost of a load);
-  // the sums are mod 2^64, so the result does not depend on the thread count or order.
-  std::vector<std::uint64_t> piece_fp(mine.size(), 0);
-  const auto npieces = static_cast<std::int64_t>(mine.size());
-#pragma omp parallel for schedule(dynamic, 1)
-  for (std::int64_t k = 0; k < npieces; ++k)
-    if (mine[static_cast<std::size_t>(k)]->owner)
-      piece_fp[static_cast<std::size_t>(k)] = fingerprint(*mine[static_cast<std::size_t>(k)]);
   std::vector<std::uint64_t> sums(2 * names.size(), 0);
   for (std::size_t k = 0; k < mine.size(); ++k) {
     const StatePiece* p = mine[k];

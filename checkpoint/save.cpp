@@ -1,13 +1,16 @@
 // save() and AsyncSaver: prepare (rank 0 makes the staging directory), write (each rank
 // its own shard file, inline or on a background thread), finish (gather the shard records
 // on rank 0, which writes meta.json, renames the directory into place, replaces `latest`
-// and applies `keep`). save() and AsyncSaver run the same three functions, so they write
-// the same bytes.
+// and applies `keep`). save() and AsyncSaver lay out the shard with the same plan_shard()
+// and write it with checkpoint/direct_io.hpp (save(): pipelined copy+hash / O_DIRECT
+// write; AsyncSaver: a hashed file image built in start(), written by the thread), so they
+// write the same bytes.
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +19,7 @@
 #include <set>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/direct_io.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "runtime/error.hpp"
@@ -37,7 +41,7 @@ std::string step_dir_name(std::int64_t step) {
 namespace {
 
 // One owner piece to write: geometry plus a pointer to its floats (into the trainer's
-// tensors for save(), into the snapshot for AsyncSaver).
+// tensors; AsyncSaver copies them into its file image in start()).
 struct Pending {
   std::string name;
   Shape global_shape, box_offset, box_shape;
@@ -113,14 +117,20 @@ std::string shard_file_name(int rank) {
   return buf;
 }
 
-// Writes this rank's shard file (if it owns anything) and returns its records. Touches no
-// MPI (runs on the writer thread for AsyncSaver).
-std::vector<Record> write_shards(const std::string& stage, int rank, int kill_rank,
-                                 const std::vector<Pending>& todo) {
+// This rank's shard file: its name, header, the spans to write and the records (hashes
+// filled in once the spans are hashed). Empty spans: the rank owns nothing, writes no file.
+struct ShardPlan {
+  std::string file;
+  std::string header;
+  std::vector<ByteSpan> spans;
   std::vector<Record> records;
+};
+
+ShardPlan plan_shard(int rank, const std::vector<Pending>& todo) {
+  ShardPlan plan;
   std::vector<StTensor> tensors;
   std::set<std::string> keys;
-  const std::string file = shard_file_name(rank);
+  plan.file = shard_file_name(rank);
   for (const Pending& p : todo) {
     std::string key = p.name;
     for (int k = 1; keys.count(key); ++k) key = p.name + "#" + std::to_string(k);
@@ -129,26 +139,49 @@ std::vector<Record> write_shards(const std::string& stage, int rank, int kill_ra
     const bool whole_box = p.flat_begin == 0 && p.flat_end == shape_numel(p.box_shape);
     tensors.push_back({key, DType::f32, whole_box ? p.box_shape : Shape{p.flat_end - p.flat_begin},
                        p.data, bytes});
+    plan.spans.push_back({p.data, bytes});
     Record r;
     r.name = p.name;
     r.global_shape = p.global_shape;
-    r.shard.file = file;
+    r.shard.file = plan.file;
     r.shard.key = key;
     r.shard.box_offset = p.box_offset;
     r.shard.box_shape = p.box_shape;
     r.shard.flat_begin = p.flat_begin;
     r.shard.flat_end = p.flat_end;
-    r.shard.chunks = chunk_hashes(p.data, bytes, kChunkBytes, &r.shard.hash);
-    records.push_back(std::move(r));
+    plan.records.push_back(std::move(r));
   }
-  if (!tensors.empty()) write_safetensors((fs::path(stage) / file).string(), tensors);
-  if (rank == kill_rank) {
-    std::fprintf(stderr, "lockstep: fault injection: rank %d exits after writing its shard\n",
-                 rank);
-    std::fflush(stderr);
-    ::_exit(1);
+  if (!tensors.empty()) plan.header = safetensors_header(tensors);
+  return plan;
+}
+
+void set_hashes(ShardPlan& plan, std::vector<SpanHash>&& hashes) {
+  check(hashes.size() == plan.records.size(), "checkpoint shard hashes are missing",
+        "a bug in the shard writer");
+  for (std::size_t i = 0; i < hashes.size(); ++i) {
+    plan.records[i].shard.hash = hashes[i].whole;
+    plan.records[i].shard.chunks = std::move(hashes[i].chunks);
   }
-  return records;
+}
+
+void maybe_kill(int rank, int kill_rank) {
+  if (rank != kill_rank) return;
+  std::fprintf(stderr, "lockstep: fault injection: rank %d exits after writing its shard\n", rank);
+  std::fflush(stderr);
+  ::_exit(1);
+}
+
+// Writes this rank's shard file (if it owns anything: header, then the pieces in order,
+// hashed while staged, O_DIRECT where the filesystem allows) and returns its records.
+// Touches no MPI.
+std::vector<Record> write_shards(const std::string& stage, int rank, const SaveOptions& opt,
+                                 const std::vector<Pending>& todo) {
+  ShardPlan plan = plan_shard(rank, todo);
+  if (!plan.spans.empty())
+    set_hashes(plan, write_pipelined((fs::path(stage) / plan.file).string(), plan.header,
+                                     plan.spans, kChunkBytes, opt.direct_io));
+  maybe_kill(rank, opt.kill_rank);
+  return std::move(plan.records);
 }
 
 json records_json(const std::vector<Record>& records) {
@@ -291,7 +324,7 @@ std::string save(const Communicator& world, const SaveOptions& opt,
   std::vector<Record> records;
   std::string err;
   try {
-    records = write_shards(staging_dir(opt), world.rank(), opt.kill_rank, todo);
+    records = write_shards(staging_dir(opt), world.rank(), opt, todo);
   } catch (const std::exception& e) {
     err = e.what();
   }
@@ -308,11 +341,12 @@ struct AsyncSaver::Job {
   SaveOptions opt;
   std::map<std::string, std::uint64_t> fingerprints;
   json run;
-  std::vector<std::vector<float>> snapshot;
-  std::vector<Pending> todo;
+  std::unique_ptr<FileImage> image;  // the shard file, hashed (null: this rank owns nothing)
+  std::string file;                  // its path in the staging directory
   std::vector<Record> records;
   std::string error;
   std::string note;  // a non-fatal remark from the writer (reported by finish)
+  std::atomic<bool> written{false};
   std::thread writer;
 };
 
@@ -326,6 +360,10 @@ bool AsyncSaver::in_flight() const {
   return job_ != nullptr;
 }
 
+bool AsyncSaver::written() const {
+  return !job_ || job_->written.load(std::memory_order_acquire);
+}
+
 void AsyncSaver::start(const Communicator& world, const SaveOptions& opt,
                        const std::vector<StatePiece>& pieces,
                        const std::map<std::string, std::uint64_t>& fingerprints, const json& run) {
@@ -335,18 +373,18 @@ void AsyncSaver::start(const Communicator& world, const SaveOptions& opt,
   job->opt = opt;
   job->fingerprints = fingerprints;
   job->run = run;
-  job->todo = owner_pieces(pieces);
-  // The snapshot reuses the previous save's buffers when the pieces have the same sizes
-  // (every save of a run): no allocation and no page faults on the training thread.
-  job->snapshot = std::move(spare_);
-  job->snapshot.resize(job->todo.size());
-  for (std::size_t i = 0; i < job->todo.size(); ++i) {
-    Pending& p = job->todo[i];
-    const auto n = static_cast<std::size_t>(p.flat_end - p.flat_begin);
-    job->snapshot[i].resize(n);
-    std::copy_n(p.data, n, job->snapshot[i].data());
-    p.data = job->snapshot[i].data();
+  // The snapshot is the shard file's image: the pieces are copied into it and hashed in the
+  // same pass over memory (the copy reads them anyway), on this rank's OpenMP threads. The
+  // previous save's image is reused when large enough (every save of a run: no allocation
+  // and no page faults on the training thread). The writer thread then only issues
+  // O_DIRECT writes: no hashing and no page-cache copies competing with training.
+  ShardPlan plan = plan_shard(world.rank(), owner_pieces(pieces));
+  if (!plan.spans.empty()) {
+    job->image = spare_ ? std::move(spare_) : std::make_unique<FileImage>();
+    set_hashes(plan, job->image->build(plan.header, plan.spans, kChunkBytes));
+    job->file = (fs::path(staging_dir(opt)) / plan.file).string();
   }
+  job->records = std::move(plan.records);
   Job* j = job.get();
   const int rank = world.rank();
   j->writer = std::thread([j, rank] {
@@ -356,11 +394,13 @@ void AsyncSaver::start(const Communicator& world, const SaveOptions& opt,
     if (setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 19) != 0)
       j->note = std::string("writer thread kept normal priority: ") + std::strerror(errno);
     try {
-      j->records = write_shards(staging_dir(j->opt), rank, j->opt.kill_rank, j->todo);
+      if (j->image) j->image->write(j->file, j->opt.direct_io);
+      maybe_kill(rank, j->opt.kill_rank);
     } catch (const std::exception& e) {
       j->error = e.what();
       if (j->error.empty()) j->error = "unknown error";
     }
+    j->written.store(true, std::memory_order_release);
   });
   job_ = std::move(job);
 }
@@ -369,7 +409,7 @@ std::string AsyncSaver::finish(const Communicator& world) {
   if (!job_) return "";
   std::unique_ptr<Job> job = std::move(job_);
   job->writer.join();
-  spare_ = std::move(job->snapshot);
+  if (job->image) spare_ = std::move(job->image);
   if (!job->note.empty() && world.rank() == 0)
     std::fprintf(stderr, "lockstep: async checkpoint: %s\n", job->note.c_str());
   if (!job->error.empty()) {

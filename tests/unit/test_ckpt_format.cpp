@@ -17,11 +17,14 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
+#include "checkpoint/direct_io.hpp"
 #include "checkpoint/file_io.hpp"
 #include "checkpoint/safetensors.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
+#include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
+#include "verify/replica_hash.hpp"
 
 using namespace lockstep;
 namespace fs = std::filesystem;
@@ -171,6 +174,127 @@ TEST_CASE("safetensors round trip: header layout, alignment, values") {
   CHECK(std::memcmp(bytes.data() + h.data_start, a.data(), 24) == 0);
   CHECK(std::memcmp(bytes.data() + h.data_start + 24, c.data(), 12) == 0);
   fs::remove(path);
+}
+
+TEST_CASE("direct writer: exact bytes and hashes, O_DIRECT or page cache, tmpfs falls back") {
+  // Spans that straddle the 8 MiB staging blocks and the chunks, sizes not multiples of
+  // 4 KiB, an empty span; chunk_bytes small so each span has many chunks.
+  std::vector<std::vector<float>> data = {std::vector<float>(2500001), std::vector<float>(7),
+                                          {}, std::vector<float>(1100000)};
+  for (std::size_t t = 0; t < data.size(); ++t)
+    for (std::size_t i = 0; i < data[t].size(); ++i)
+      data[t][i] = static_cast<float>((i * 2654435761u + t) % 100003) * 0.001f - 7.0f;
+  std::vector<ckpt::StTensor> tensors;
+  std::vector<ckpt::ByteSpan> spans;
+  for (std::size_t t = 0; t < data.size(); ++t) {
+    const std::uint64_t bytes = data[t].size() * 4;
+    tensors.push_back({"t" + std::to_string(t), DType::f32,
+                       {static_cast<std::int64_t>(data[t].size())}, data[t].data(), bytes});
+    spans.push_back({data[t].data(), bytes});
+  }
+  const std::string header = ckpt::safetensors_header(tensors);
+  const std::uint64_t chunk = 1000004;
+  std::string want = header;
+  std::vector<std::uint64_t> want_whole;
+  std::vector<std::vector<std::uint64_t>> want_chunks;
+  for (std::size_t t = 0; t < data.size(); ++t) {
+    want.append(reinterpret_cast<const char*>(data[t].data()), data[t].size() * 4);
+    std::uint64_t whole = 0;
+    want_chunks.push_back(ckpt::chunk_hashes(data[t].data(), data[t].size() * 4, chunk, &whole));
+    want_whole.push_back(whole);
+  }
+  auto same_hashes = [&](const std::vector<ckpt::SpanHash>& got) {
+    REQUIRE(got.size() == data.size());
+    for (std::size_t t = 0; t < data.size(); ++t) {
+      CHECK(got[t].whole == want_whole[t]);
+      CHECK(got[t].chunks == want_chunks[t]);
+    }
+  };
+  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
+  if (ckpt::is_directory("/dev/shm")) dirs.push_back("/dev/shm");  // tmpfs: may refuse O_DIRECT
+  for (const std::string& dir : dirs)
+    for (bool direct : {true, false}) {
+      INFO("dir " << dir << ", direct_io " << direct);
+      const std::string path =
+          (fs::path(dir) / ("lockstep_dw_" + std::to_string(getpid()))).string();
+      same_hashes(ckpt::write_pipelined(path, header, spans, chunk, direct));
+      CHECK(slurp(path) == want);
+      CHECK(ckpt::read_safetensors_header(path).tensors.size() == data.size());
+      ckpt::FileImage image;
+      same_hashes(image.build(header, spans, chunk));
+      image.write(path, direct);
+      CHECK(slurp(path) == want);
+      // A smaller second image in the same buffer: the file holds exactly its bytes.
+      const std::vector<ckpt::ByteSpan> small = {spans[1]};
+      const std::string small_header = ckpt::safetensors_header({tensors[1]});
+      const std::vector<ckpt::SpanHash> h = image.build(small_header, small, chunk);
+      image.write(path, direct);
+      CHECK(slurp(path) == small_header + want.substr(header.size() + data[0].size() * 4, 28));
+      CHECK(h.at(0).whole == want_whole[1]);
+      fs::remove(path);
+    }
+}
+
+TEST_CASE("pipelined reader: exact bytes of each range, O_DIRECT or page cache, truncation") {
+  // A file of 21 MB with a known pattern; ranges at unaligned offsets, one straddling many
+  // pieces, a short one, one ending at the end of the file, an empty one.
+  std::string bytes(21'000'003, '\0');
+  for (std::size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>((i * 2654435761u) >> 13);
+  const std::vector<ckpt::ReadRange> ranges = {
+      {3, 17}, {4096, 0}, {5000, 9'000'001}, {9'100'000, 4096}, {12'000'001, 9'000'002}};
+  const std::uint64_t piece = 3'000'000;
+  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
+  if (ckpt::is_directory("/dev/shm")) dirs.push_back("/dev/shm");  // tmpfs: may refuse O_DIRECT
+  for (const std::string& dir : dirs)
+    for (bool direct : {true, false}) {
+      INFO("dir " << dir << ", direct_io " << direct);
+      const std::string path =
+          (fs::path(dir) / ("lockstep_dr_" + std::to_string(getpid()))).string();
+      spit(path, bytes);
+      std::vector<std::string> got(ranges.size());
+      std::vector<std::uint64_t> next(ranges.size(), 0);
+      bool in_order = true;
+      ckpt::read_pipelined(
+          path, ranges, piece,
+          [&](std::size_t r, std::uint64_t at, const char* data, std::uint64_t n) {
+            in_order = in_order && at == next[r] && n <= piece && n > 0;
+            next[r] = at + n;
+            got[r].append(data, n);
+          },
+          direct);
+      CHECK(in_order);
+      for (std::size_t r = 0; r < ranges.size(); ++r)
+        CHECK(got[r] == bytes.substr(ranges[r].offset, ranges[r].bytes));
+      // The consumer's error stops the reader and comes out unchanged.
+      CHECK(error_of([&] {
+              ckpt::read_pipelined(
+                  path, ranges, piece,
+                  [&](std::size_t r, std::uint64_t, const char*, std::uint64_t) {
+                    if (r == 2) fail("consumer says no");
+                  },
+                  direct);
+            }).find("consumer says no") != std::string::npos);
+      // A file shorter than the last range: an error naming the file, "truncated".
+      spit(path, bytes.substr(0, bytes.size() - 5));
+      const std::string msg = error_of(
+          [&] { ckpt::read_pipelined(path, ranges, piece, [](auto...) {}, direct); });
+      CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("truncated"));
+      fs::remove(path);
+    }
+}
+
+TEST_CASE("replica_hash is XXH3-64 (the load path checks chunk hashes with it)") {
+  std::vector<char> buf(3'000'000);
+  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>((i * 40503u) >> 7);
+  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{16},
+                        std::size_t{17}, std::size_t{128}, std::size_t{129}, std::size_t{240},
+                        std::size_t{241}, std::size_t{1023}, std::size_t{1024}, std::size_t{4097},
+                        std::size_t{1} << 20, (std::size_t{1} << 20) + 5, buf.size() - 3})
+    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
+      INFO("bytes " << n << " offset " << off);
+      CHECK(replica_hash(buf.data() + off, n) == xxh3_64(buf.data() + off, n));
+    }
 }
 
 TEST_CASE("safetensors parser rejects damaged headers with one clear error") {
