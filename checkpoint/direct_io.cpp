@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <atomic>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -36,39 +37,68 @@ std::string sys_reason(int err) {
 
 // A file opened for O_DIRECT writes at aligned offsets; falls back to buffered writes where
 // the filesystem refuses O_DIRECT.
-class DirectFile {
+// A descriptor opened with O_DIRECT where the filesystem allows it (else buffered).
+// drop_direct(): after EINVAL from a read or write, switch to buffered I/O and retry.
+// Safe to share between threads (pread/pwrite; the flag is atomic, clearing is idempotent).
+class DirectFd {
  public:
-  DirectFile(const std::string& path, bool direct_io) : path_(path) {
-    const int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+  DirectFd(const std::string& path, int flags, bool direct_io, const std::string& what,
+           const std::string& hint)
+      : path_(path) {
     if (direct_io) {
       fd_ = ::open(path.c_str(), flags | O_DIRECT, 0644);
       direct_ = fd_ >= 0;
     }
     if (fd_ < 0) fd_ = ::open(path.c_str(), flags, 0644);
-    check(fd_ >= 0, "cannot open '" + path + "' for writing: " + sys_reason(errno),
-          "check that the checkpoint directory is writable and the disk is not full");
+    check(fd_ >= 0, "cannot open '" + path + "' for " + what + ": " + sys_reason(errno), hint);
   }
-  ~DirectFile() {
+  ~DirectFd() {
     if (fd_ >= 0) ::close(fd_);
   }
-  DirectFile(const DirectFile&) = delete;
-  DirectFile& operator=(const DirectFile&) = delete;
+  DirectFd(const DirectFd&) = delete;
+  DirectFd& operator=(const DirectFd&) = delete;
+
+  // EINVAL came back from I/O: true if the descriptor was O_DIRECT and is now buffered
+  // (retry the call), false if it was not O_DIRECT (a real error).
+  bool drop_direct() {
+    if (!direct_) return false;
+    const int fl = ::fcntl(fd_, F_GETFL);
+    check(fl >= 0 && ::fcntl(fd_, F_SETFL, fl & ~O_DIRECT) == 0,
+          "cannot clear O_DIRECT on '" + path_ + "': " + sys_reason(errno));
+    direct_ = false;
+    return true;
+  }
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+  // Closes now (checked); the destructor then does nothing.
+  void close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    check(rc == 0, "close of '" + path_ + "' failed: " + sys_reason(errno));
+  }
+
+ private:
+  int fd_ = -1;
+  std::atomic<bool> direct_{false};
+  std::string path_;
+};
+
+// A file written with O_DIRECT (buffered where refused).
+class DirectFile {
+ public:
+  DirectFile(const std::string& path, bool direct_io)
+      : f_(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, direct_io, "writing",
+           "check that the checkpoint directory is writable and the disk is not full") {}
 
   // `data` aligned, `offset` and `bytes` multiples of kDirectAlign.
   void write_at(const char* data, std::uint64_t bytes, std::uint64_t offset) {
     while (bytes > 0) {
-      const ssize_t n = ::pwrite(fd_, data, std::min<std::uint64_t>(bytes, std::uint64_t{1} << 30),
-                                 static_cast<off_t>(offset));
+      const ssize_t n =
+          ::pwrite(f_.fd(), data, std::min<std::uint64_t>(bytes, std::uint64_t{1} << 30),
+                   static_cast<off_t>(offset));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EINVAL && direct_) {
-        // The filesystem accepted O_DIRECT at open but not for this write: go buffered.
-        const int fl = ::fcntl(fd_, F_GETFL);
-        check(fl >= 0 && ::fcntl(fd_, F_SETFL, fl & ~O_DIRECT) == 0,
-              "cannot clear O_DIRECT on '" + path_ + "': " + sys_reason(errno));
-        direct_ = false;
-        continue;
-      }
-      check(n > 0, "write to '" + path_ + "' failed: " + sys_reason(errno),
+      if (n < 0 && errno == EINVAL && f_.drop_direct()) continue;
+      check(n > 0, "write to '" + f_.path() + "' failed: " + sys_reason(errno),
             "check free disk space and quotas");
       data += n;
       bytes -= static_cast<std::uint64_t>(n);
@@ -78,19 +108,15 @@ class DirectFile {
 
   // Cuts the zero padding of the last block, fsyncs, closes (all checked).
   void finish(std::uint64_t size) {
-    check(::ftruncate(fd_, static_cast<off_t>(size)) == 0, "cannot truncate '" + path_ + "' to " +
-                                                               std::to_string(size) +
-                                                               " bytes: " + sys_reason(errno));
-    check(::fsync(fd_) == 0, "fsync of '" + path_ + "' failed: " + sys_reason(errno));
-    const int rc = ::close(fd_);
-    fd_ = -1;
-    check(rc == 0, "close of '" + path_ + "' failed: " + sys_reason(errno));
+    check(::ftruncate(f_.fd(), static_cast<off_t>(size)) == 0,
+          "cannot truncate '" + f_.path() + "' to " + std::to_string(size) +
+              " bytes: " + sys_reason(errno));
+    check(::fsync(f_.fd()) == 0, "fsync of '" + f_.path() + "' failed: " + sys_reason(errno));
+    f_.close();
   }
 
  private:
-  int fd_ = -1;
-  bool direct_ = false;
-  std::string path_;
+  DirectFd f_;
 };
 
 // Hashes [src, src + bytes) chunk by chunk (each chunk hashed and streamed while cache-hot)
@@ -293,30 +319,16 @@ void FileImage::write(const std::string& path, bool direct_io) const {
   file.finish(size_);
 }
 
-}  // namespace lockstep::ckpt
-
 // ---- reading ----
 
-namespace lockstep::ckpt {
 namespace {
 
-// A file opened for O_DIRECT reads; falls back to buffered reads where refused.
+// A file read with O_DIRECT (buffered where refused); read_cover may run on several threads.
 class DirectReadFile {
  public:
-  DirectReadFile(const std::string& path, bool direct_io) : path_(path) {
-    if (direct_io) {
-      fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      direct_ = fd_ >= 0;
-    }
-    if (fd_ < 0) fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    check(fd_ >= 0, "cannot open '" + path + "' for reading: " + sys_reason(errno),
-          "the file is missing or unreadable: the checkpoint is incomplete or damaged");
-  }
-  ~DirectReadFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  DirectReadFile(const DirectReadFile&) = delete;
-  DirectReadFile& operator=(const DirectReadFile&) = delete;
+  DirectReadFile(const std::string& path, bool direct_io)
+      : f_(path, O_RDONLY | O_CLOEXEC, direct_io, "reading",
+           "the file is missing or unreadable: the checkpoint is incomplete or damaged") {}
 
   // Reads the aligned cover of [offset, offset + bytes) into `buf` (aligned, large enough);
   // returns where `offset` landed in it. Throws if the file ends before offset + bytes.
@@ -326,19 +338,12 @@ class DirectReadFile {
     const std::uint64_t want = round_up(need);
     std::uint64_t got = 0;
     while (got < need) {
-      const ssize_t n = ::pread(fd_, buf + got, want - got, static_cast<off_t>(a0 + got));
+      const ssize_t n = ::pread(f_.fd(), buf + got, want - got, static_cast<off_t>(a0 + got));
       if (n < 0 && errno == EINTR) continue;
-      if (n < 0 && errno == EINVAL && direct_) {
-        // The filesystem accepted O_DIRECT at open but not for this read: go buffered.
-        const int fl = ::fcntl(fd_, F_GETFL);
-        check(fl >= 0 && ::fcntl(fd_, F_SETFL, fl & ~O_DIRECT) == 0,
-              "cannot clear O_DIRECT on '" + path_ + "': " + sys_reason(errno));
-        direct_ = false;
-        continue;
-      }
-      check(n >= 0, "read of '" + path_ + "' failed: " + sys_reason(errno));
+      if (n < 0 && errno == EINVAL && f_.drop_direct()) continue;
+      check(n >= 0, "read of '" + f_.path() + "' failed: " + sys_reason(errno));
       check(n > 0,
-            "'" + path_ + "' is truncated: wanted " + std::to_string(need - got) +
+            "'" + f_.path() + "' is truncated: wanted " + std::to_string(need - got) +
                 " more bytes at offset " + std::to_string(a0 + got),
             "the shard file is shorter than its header says (an interrupted copy?)");
       got += static_cast<std::uint64_t>(n);
@@ -347,9 +352,7 @@ class DirectReadFile {
   }
 
  private:
-  int fd_ = -1;
-  bool direct_ = false;
-  std::string path_;
+  DirectFd f_;
 };
 
 }  // namespace
@@ -377,58 +380,68 @@ void read_pipelined(const std::string& path, const std::vector<ReadRange>& range
   std::vector<AlignedBuffer> blocks;
   for (int i = 0; i < nblocks; ++i) blocks.emplace_back(piece_bytes + 2 * kDirectAlign);
 
-  struct Full {
-    int block;
-    std::uint64_t skip;  // where the piece starts in the block
-  };
+  // Two reader threads claim pieces in order (each with a free block) and read them
+  // concurrently: two requests in flight read this disk faster than one (a single stream of
+  // 2 MiB reads waits out each request's latency). The consumer takes the pieces in order.
   std::mutex m;
   std::condition_variable cv;
-  std::deque<Full> full;
+  std::size_t next = 0;                               // next piece to claim
+  std::vector<int> ready(pieces.size(), -1);          // block holding piece k once read
+  std::vector<std::uint64_t> skip(pieces.size(), 0);  // where piece k starts in its block
   std::vector<int> free_blocks;
   for (int i = nblocks - 1; i >= 0; --i) free_blocks.push_back(i);
-  bool stop = false;  // the consumer failed: the reader quits
-  std::exception_ptr error;  // the reader failed
+  bool stop = false;         // the consumer or a reader failed: the readers quit
+  std::exception_ptr error;  // the first reader failure
 
-  std::thread reader([&] {
-    for (const Piece& p : pieces) {
+  const auto read_loop = [&] {
+    for (;;) {
+      std::size_t k = 0;
       int b = -1;
       {
         std::unique_lock<std::mutex> lk(m);
-        cv.wait(lk, [&] { return !free_blocks.empty() || stop; });
-        if (stop) return;
+        cv.wait(lk, [&] { return stop || next == pieces.size() || !free_blocks.empty(); });
+        if (stop || next == pieces.size()) return;
+        k = next++;
         b = free_blocks.back();
         free_blocks.pop_back();
       }
       try {
-        const std::uint64_t skip =
-            file.read_cover(blocks[static_cast<std::size_t>(b)].data(), p.offset, p.bytes);
+        const std::uint64_t at = file.read_cover(blocks[static_cast<std::size_t>(b)].data(),
+                                                 pieces[k].offset, pieces[k].bytes);
         std::lock_guard<std::mutex> lk(m);
-        full.push_back({b, skip});
+        skip[k] = at;
+        ready[k] = b;
       } catch (...) {
         std::lock_guard<std::mutex> lk(m);
-        error = std::current_exception();
+        if (!error) error = std::current_exception();
+        stop = true;
         cv.notify_all();
         return;
       }
       cv.notify_all();
     }
-  });
+  };
+  std::thread readers[2] = {std::thread(read_loop), std::thread(read_loop)};
+  const auto join = [&] {
+    for (std::thread& t : readers) t.join();
+  };
 
   try {
-    for (const Piece& p : pieces) {
-      Full job{};
+    for (std::size_t k = 0; k < pieces.size(); ++k) {
+      int b = -1;
+      std::uint64_t at = 0;
       {
         std::unique_lock<std::mutex> lk(m);
-        cv.wait(lk, [&] { return !full.empty() || error; });
-        if (full.empty()) std::rethrow_exception(error);
-        job = full.front();
-        full.pop_front();
+        cv.wait(lk, [&] { return ready[k] >= 0 || error; });
+        if (ready[k] < 0) std::rethrow_exception(error);
+        b = ready[k];
+        at = skip[k];
       }
-      consume(p.range, p.at, blocks[static_cast<std::size_t>(job.block)].data() + job.skip,
-              p.bytes);
+      const Piece& p = pieces[k];
+      consume(p.range, p.at, blocks[static_cast<std::size_t>(b)].data() + at, p.bytes);
       {
         std::lock_guard<std::mutex> lk(m);
-        free_blocks.push_back(job.block);
+        free_blocks.push_back(b);
       }
       cv.notify_all();
     }
@@ -438,10 +451,10 @@ void read_pipelined(const std::string& path, const std::vector<ReadRange>& range
       stop = true;
     }
     cv.notify_all();
-    reader.join();
+    join();
     throw;
   }
-  reader.join();
+  join();
 }
 
 }  // namespace lockstep::ckpt

@@ -13,9 +13,10 @@
 // its size, so the bytes on disk are exactly header + spans. Where the filesystem refuses
 // O_DIRECT (EINVAL at open or at the first write, e.g. tmpfs), the same writes go through
 // the page cache instead, silently. Every file is fsynced before the functions return.
-// The reading counterpart, read_pipelined(): a helper thread reads byte ranges of a file with
-// O_DIRECT into a ring of aligned blocks while the caller consumes (hashes, copies) the
-// previous block; buffered reads where O_DIRECT is refused (load()).
+// The reading counterpart, read_pipelined(): two helper threads read byte ranges of a file
+// with O_DIRECT (two requests in flight) into a ring of aligned blocks while the caller
+// consumes (hashes, copies) the earlier pieces in order; buffered reads where O_DIRECT is
+// refused (load()).
 // Determinism contract: the file's bytes and the hashes are a pure function of the header
 // and the spans (never of the block size, thread count or O_DIRECT availability).
 #pragma once
@@ -97,8 +98,8 @@ struct ReadRange {
 using ReadConsumer =
     std::function<void(std::size_t range, std::uint64_t at, const char* data, std::uint64_t bytes)>;
 
-// Reads `ranges` (sorted by offset, not overlapping) of `path` on a helper thread, a few
-// pieces ahead of `consume`. O_DIRECT reads of aligned blocks (falls back to the page cache
+// Reads `ranges` (sorted by offset, not overlapping) of `path` on two helper threads, a few
+// pieces ahead of `consume` (which sees the pieces in order). O_DIRECT reads of aligned blocks (falls back to the page cache
 // where refused). Throws lockstep::Error naming the file (missing, unreadable, truncated).
 void read_pipelined(const std::string& path, const std::vector<ReadRange>& ranges,
                     std::uint64_t piece_bytes, const ReadConsumer& consume, bool direct_io = true);

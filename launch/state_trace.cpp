@@ -49,6 +49,25 @@ double cpu_seconds(clockid_t clock) {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+// Runs job(i) for i < n on `threads` threads (dynamic schedule) and returns the results;
+// adds the elapsed time to `wall` and the threads' CPU time to `cpu_total`.
+template <class Job>
+std::vector<std::uint64_t> hash_on_threads(int n, int threads, Job&& job, double& wall,
+                                           double& cpu_total) {
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<std::uint64_t> out(static_cast<std::size_t>(n), 0);
+  std::vector<double> cpu(static_cast<std::size_t>(n), 0.0);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
+  for (int i = 0; i < n; ++i) {
+    const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+    out[static_cast<std::size_t>(i)] = job(i);
+    cpu[static_cast<std::size_t>(i)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+  }
+  for (double x : cpu) cpu_total += x;
+  wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return out;
+}
+
 }  // namespace
 
 double process_cpu_seconds() {
@@ -77,7 +96,6 @@ StatePiece sub_piece(const StatePiece& p, std::int64_t a, std::int64_t b) {
 
 std::vector<std::vector<std::uint64_t>> StateTrace::hash_owned(
     const std::vector<const std::vector<StatePiece>*>& groups, HashKind kind) {
-  const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::vector<std::uint64_t>> out;
   std::vector<Chunk> chunks;
   for (std::size_t g = 0; g < groups.size(); ++g) {
@@ -90,27 +108,22 @@ std::vector<std::vector<std::uint64_t>> StateTrace::hash_owned(
         chunks.push_back({g, i, a, std::min(p.size(), a + kChunk)});
     }
   }
-  std::vector<std::uint64_t> part(chunks.size(), 0);
-  std::vector<double> cpu(chunks.size(), 0.0);
-  const int n = static_cast<int>(chunks.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
-  for (int c = 0; c < n; ++c) {
-    const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-    const Chunk& k = chunks[static_cast<std::size_t>(c)];
-    const StatePiece& p = (*groups[k.group])[k.piece];
-    part[static_cast<std::size_t>(c)] =
-        kind == HashKind::lockstep ? fingerprint(sub_piece(p, k.a, k.b))
-                                   : torch_xor_hash(std::span<const float>(
-                                         p.data + k.a, static_cast<std::size_t>(k.b - k.a)));
-    cpu[static_cast<std::size_t>(c)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
-  }
-  for (double x : cpu) hash_cpu_seconds_ += x;
+  const std::vector<std::uint64_t> part = hash_on_threads(
+      static_cast<int>(chunks.size()), threads_,
+      [&](int c) {
+        const Chunk& k = chunks[static_cast<std::size_t>(c)];
+        const StatePiece& p = (*groups[k.group])[k.piece];
+        return kind == HashKind::lockstep
+                   ? fingerprint(sub_piece(p, k.a, k.b))
+                   : torch_xor_hash(std::span<const float>(p.data + k.a,
+                                                           static_cast<std::size_t>(k.b - k.a)));
+      },
+      hash_seconds_, hash_cpu_seconds_);
   // Exact integer combination, in chunk order (any order gives the same value).
   for (std::size_t c = 0; c < chunks.size(); ++c) {
     std::uint64_t& dst = out[chunks[c].group][chunks[c].piece];
     dst = kind == HashKind::lockstep ? dst + part[c] : dst ^ part[c];
   }
-  hash_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return out;
 }
 
@@ -147,20 +160,13 @@ Fingerprints StateTrace::finish(std::int64_t step, std::uint64_t rng_fp, std::ui
 void StateTrace::guard(std::int64_t step) {
   const Communicator& dp = grid_.dp_comm();
   if (dp.size() == 1) return;
-  const auto t0 = std::chrono::steady_clock::now();
-  std::vector<std::uint64_t> local(param_.size(), 0);
-  std::vector<double> cpu(param_.size(), 0.0);
-  const int n = static_cast<int>(param_.size());
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads_) if (threads_ > 1)
-  for (int i = 0; i < n; ++i) {
-    const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-    const StatePiece& p = param_[static_cast<std::size_t>(i)];
-    local[static_cast<std::size_t>(i)] =
-        replica_hash(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
-    cpu[static_cast<std::size_t>(i)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
-  }
-  for (double x : cpu) hash_cpu_seconds_ += x;
-  hash_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<std::uint64_t> local = hash_on_threads(
+      static_cast<int>(param_.size()), threads_,
+      [&](int i) {
+        const StatePiece& p = param_[static_cast<std::size_t>(i)];
+        return replica_hash(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
+      },
+      hash_seconds_, hash_cpu_seconds_);
   std::vector<std::uint64_t> lo(local), hi(local);
   allreduce_u64(dp, lo, IntOp::min);
   allreduce_u64(dp, hi, IntOp::max);

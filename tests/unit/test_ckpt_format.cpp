@@ -176,6 +176,14 @@ TEST_CASE("safetensors round trip: header layout, alignment, values") {
   fs::remove(path);
 }
 
+// Where the O_DIRECT tests write: the temp directory and, if present, /dev/shm (tmpfs,
+// which may refuse O_DIRECT: the fallback path).
+std::vector<std::string> direct_io_dirs() {
+  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
+  if (ckpt::is_directory("/dev/shm")) dirs.push_back("/dev/shm");
+  return dirs;
+}
+
 TEST_CASE("direct writer: exact bytes and hashes, O_DIRECT or page cache, tmpfs falls back") {
   // Spans that straddle the 8 MiB staging blocks and the chunks, sizes not multiples of
   // 4 KiB, an empty span; chunk_bytes small so each span has many chunks.
@@ -210,9 +218,7 @@ TEST_CASE("direct writer: exact bytes and hashes, O_DIRECT or page cache, tmpfs 
       CHECK(got[t].chunks == want_chunks[t]);
     }
   };
-  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
-  if (ckpt::is_directory("/dev/shm")) dirs.push_back("/dev/shm");  // tmpfs: may refuse O_DIRECT
-  for (const std::string& dir : dirs)
+  for (const std::string& dir : direct_io_dirs())
     for (bool direct : {true, false}) {
       INFO("dir " << dir << ", direct_io " << direct);
       const std::string path =
@@ -244,9 +250,7 @@ TEST_CASE("pipelined reader: exact bytes of each range, O_DIRECT or page cache, 
   const std::vector<ckpt::ReadRange> ranges = {
       {3, 17}, {4096, 0}, {5000, 9'000'001}, {9'100'000, 4096}, {12'000'001, 9'000'002}};
   const std::uint64_t piece = 3'000'000;
-  std::vector<std::string> dirs = {fs::temp_directory_path().string()};
-  if (ckpt::is_directory("/dev/shm")) dirs.push_back("/dev/shm");  // tmpfs: may refuse O_DIRECT
-  for (const std::string& dir : dirs)
+  for (const std::string& dir : direct_io_dirs())
     for (bool direct : {true, false}) {
       INFO("dir " << dir << ", direct_io " << direct);
       const std::string path =
