@@ -46,6 +46,8 @@ struct SaveOptions {
                           // and fsyncing its shard file (before meta.json exists)
   bool direct_io = true;  // O_DIRECT shard writes (checkpoint/direct_io.hpp); false: through
                           // the page cache (same bytes; the benchmark's A/B switch)
+  // The version of the fingerprints passed to save (meta.json's fingerprint_version).
+  FpVersion fingerprint_version = kFpVersionLatest;
 };
 
 // "step_00000012".
@@ -61,8 +63,8 @@ std::string save(const Communicator& world, const SaveOptions& opt,
 
 // A save whose owner pieces are copied by start() into an image of the shard file (hashing
 // them on the way, on the OpenMP threads) and written by a background thread that only
-// issues O_DIRECT writes while training continues; finish() (collective, main thread: the MPI gather,
-// meta.json and `latest`) completes it. start() with a save in flight finishes that one
+// issues O_DIRECT writes while training continues; finish() (collective, main thread: the MPI
+// gather, meta.json and `latest`) completes it. start() with a save in flight finishes that one
 // first. The destructor joins a running writer thread and never throws (a save not
 // finished is then simply incomplete on disk, like a killed one).
 class AsyncSaver {

@@ -16,7 +16,6 @@
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
-#include "verify/replica_hash.hpp"
 
 namespace lockstep::ckpt {
 namespace {
@@ -231,59 +230,60 @@ void read_pieces_impl(const std::string& ckpt_dir, const Meta& meta,
       ranges.push_back({header.data_start + plan.entry->begin + job.rb, job.re - job.rb});
       jobs.push_back(std::move(job));
     }
-    read_pipelined(path, ranges, piece_bytes, [&](std::size_t r, std::uint64_t at, const char* data,
-                                                  std::uint64_t n) {
-      const Job& job = jobs[r];
-      const ShardRecord& s = *job.plan->shard;
-      const std::uint64_t bytes = static_cast<std::uint64_t>(s.size()) * 4;
-      const std::uint64_t b0 = job.rb + at;  // shard byte of data[0], chunk-aligned
-      const auto nchunks = static_cast<std::int64_t>((n + cb - 1) / cb);
-      std::int64_t bad = nchunks;  // lowest failing chunk of this piece
-      std::uint64_t bad_hash = 0;
+    read_pipelined(
+        path, ranges, piece_bytes,
+        [&](std::size_t r, std::uint64_t at, const char* data, std::uint64_t n) {
+          const Job& job = jobs[r];
+          const ShardRecord& s = *job.plan->shard;
+          const std::uint64_t bytes = static_cast<std::uint64_t>(s.size()) * 4;
+          const std::uint64_t b0 = job.rb + at;  // shard byte of data[0], chunk-aligned
+          const auto nchunks = static_cast<std::int64_t>((n + cb - 1) / cb);
+          std::int64_t bad = nchunks;  // lowest failing chunk of this piece
+          std::uint64_t bad_hash = 0;
 #pragma omp parallel for schedule(static, 1)
-      for (std::int64_t k = 0; k < nchunks; ++k) {
-        const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(k) * cb;
-        const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
-        const char* src = data + (c0 - b0);
-        const std::uint64_t h = replica_hash(src, c1 - c0);
-        if (h != s.chunks[c0 / cb]) {
+          for (std::int64_t k = 0; k < nchunks; ++k) {
+            const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(k) * cb;
+            const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
+            const char* src = data + (c0 - b0);
+            const std::uint64_t h = xxh3_64(src, c1 - c0);
+            if (h != s.chunks[c0 / cb]) {
 #pragma omp critical(lockstep_ckpt_load_bad)
-          if (k < bad) {
-            bad = k;
-            bad_hash = h;
-          }
-          continue;
-        }
-        // Copies overlapping [c0, c1): from the first whose running end passes c0, up to the
-        // first starting at or after c1.
-        auto i = static_cast<std::size_t>(
-            std::partition_point(job.end.begin(), job.end.end(),
-                                 [&](std::uint64_t e) { return e <= c0; }) -
-            job.end.begin());
-        for (; i < job.copies.size() && job.copies[i].src < c1; ++i) {
-          const Copy& cp = job.copies[i];
-          const std::uint64_t x0 = std::max(c0, cp.src), x1 = std::min(c1, cp.src + cp.len);
-          if (x0 >= x1) continue;
-          std::memcpy(cp.dst + (x0 - cp.src), src + (x0 - c0), x1 - x0);
-          if (cp.fp == npos) continue;
-          const std::uint64_t f = fingerprint_range(
-              *cp.name,
-              std::span<const float>(reinterpret_cast<const float*>(cp.dst + (x0 - cp.src)),
-                                     static_cast<std::size_t>((x1 - x0) / 4)),
-              cp.logical + (x0 - cp.src) / 4);
+              if (k < bad) {
+                bad = k;
+                bad_hash = h;
+              }
+              continue;
+            }
+            // Copies overlapping [c0, c1): from the first whose running end passes c0, up to the
+            // first starting at or after c1.
+            auto i = static_cast<std::size_t>(
+                std::partition_point(job.end.begin(), job.end.end(),
+                                     [&](std::uint64_t e) { return e <= c0; }) -
+                job.end.begin());
+            for (; i < job.copies.size() && job.copies[i].src < c1; ++i) {
+              const Copy& cp = job.copies[i];
+              const std::uint64_t x0 = std::max(c0, cp.src), x1 = std::min(c1, cp.src + cp.len);
+              if (x0 >= x1) continue;
+              std::memcpy(cp.dst + (x0 - cp.src), src + (x0 - c0), x1 - x0);
+              if (cp.fp == npos) continue;
+              const std::uint64_t f = fingerprint_range(
+                  *cp.name,
+                  std::span<const float>(reinterpret_cast<const float*>(cp.dst + (x0 - cp.src)),
+                                         static_cast<std::size_t>((x1 - x0) / 4)),
+                  cp.logical + (x0 - cp.src) / 4, meta.fingerprint_version);
 #pragma omp atomic
-          (*fps)[cp.fp] += f;
-        }
-      }
-      if (bad < nchunks) {
-        const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(bad) * cb;
-        const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
-        fail(shard_where(path, *job.plan->tensor, s) + ": XXH3-64 of bytes [" +
-                 std::to_string(c0) + ", " + std::to_string(c1) + ") is " + hex64(bad_hash) +
-                 " but meta.json says " + hex64(s.chunks[c0 / cb]),
-             "the shard file is corrupted; restore it or resume from another checkpoint");
-      }
-    });
+              (*fps)[cp.fp] += f;
+            }
+          }
+          if (bad < nchunks) {
+            const std::uint64_t c0 = b0 + static_cast<std::uint64_t>(bad) * cb;
+            const std::uint64_t c1 = std::min({c0 + cb, bytes, b0 + n});
+            fail(shard_where(path, *job.plan->tensor, s) + ": XXH3-64 of bytes [" +
+                     std::to_string(c0) + ", " + std::to_string(c1) + ") is " + hex64(bad_hash) +
+                     " but meta.json says " + hex64(s.chunks[c0 / cb]),
+                 "the shard file is corrupted; restore it or resume from another checkpoint");
+          }
+        });
     first = last;
   }
   if (fps) {
@@ -291,7 +291,8 @@ void read_pieces_impl(const std::string& ckpt_dir, const Meta& meta,
 #pragma omp parallel for schedule(dynamic, 1)
     for (std::int64_t k = 0; k < n; ++k) {
       const auto i = static_cast<std::size_t>(k);
-      if (pieces[i]->owner && !fused[i]) (*fps)[i] = fingerprint(*pieces[i]);
+      if (pieces[i]->owner && !fused[i])
+        (*fps)[i] = fingerprint(*pieces[i], meta.fingerprint_version);
     }
   }
 }

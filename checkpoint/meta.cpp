@@ -158,10 +158,15 @@ Meta parse_meta(const std::string& text, const std::string& file) {
         at + "format is " + fmt.dump() + ", not \"" + kFormatName + "\"", kHint);
   m.format_version =
       static_cast<int>(get_int(field(j, "format_version", at), at, "format_version", 0, 1 << 30));
-  check(m.format_version == kFormatVersion,
+  check(m.format_version == 1 || m.format_version == 2,
         at + "format_version " + std::to_string(m.format_version) +
-            " is not supported (this build reads " + std::to_string(kFormatVersion) + ")",
+            " is not supported (this build reads 1 and 2)",
         "load it with the Lockstep version that wrote it");
+  m.fingerprint_version = m.format_version == 1
+                              ? FpVersion::v1
+                              : fp_version_from_int(get_int(field(j, "fingerprint_version", at), at,
+                                                            "fingerprint_version", 1, 1 << 30),
+                                                    at + "fingerprint_version");
   m.step = get_int(field(j, "step", at), at, "step", 0, kMaxDim);
   m.chunk_bytes = static_cast<std::uint64_t>(
       get_int(field(j, "chunk_bytes", at), at, "chunk_bytes", 4, std::int64_t{1} << 40));
@@ -263,9 +268,11 @@ json meta_json(const Meta& m) {
                      {"fingerprint", hex64(t.fingerprint)},
                      {"shards", shards}};
   }
-  return {{"format", kFormatName}, {"format_version", m.format_version},
-          {"step", m.step},        {"chunk_bytes", m.chunk_bytes},
-          {"run", m.run},          {"tensors", tensors}};
+  json j = {{"format", kFormatName}, {"format_version", m.format_version},
+            {"step", m.step},        {"chunk_bytes", m.chunk_bytes},
+            {"run", m.run},          {"tensors", tensors}};
+  if (m.format_version >= 2) j["fingerprint_version"] = static_cast<int>(m.fingerprint_version);
+  return j;
 }
 
 }  // namespace lockstep::ckpt

@@ -1,8 +1,8 @@
 // meta.json, the table of contents of a checkpoint directory (DESIGN.md section 5): format
-// version, step, the trainer's opaque `run` object (config, contract constants, layout,
-// sampler, RNG, LR, build facts), the chunk size of the shard hashes, and per logical tensor
-// its global shape, dtype, fingerprint and shards. A shard is one contiguous flat range of a
-// box (the TP shard at save) in logical coordinates, stored as one tensor (`key`) of one
+// version, the fingerprint version, step, the trainer's opaque `run` object (config, contract
+// constants, layout, sampler, RNG, LR, build facts), the chunk size of the shard hashes, and per
+// logical tensor its global shape, dtype, fingerprint and shards. A shard is one contiguous flat
+// range of a box (the TP shard at save) in logical coordinates, stored as one tensor (`key`) of one
 // safetensors file in the same directory, with the XXH3-64 of its bytes and of each
 // `chunk_bytes` chunk of them (so a resharding load that reads part of a shard still checks
 // every byte it reads).
@@ -10,6 +10,9 @@
 // dtype, plausible shapes, boxes inside the global shape, flat ranges inside their box, shard
 // file names without "/" or "..", and shards that cover every logical element exactly once
 // (no overlap, no gap). Every problem is a lockstep::Error naming meta.json and the tensor.
+// Format versions: 2 (written now) stores "fingerprint_version" (verify/fingerprint.hpp's
+// FpVersion of the tensors' fingerprints); 1 (written before) has no such field and its
+// fingerprints are v1. Both are read.
 // Determinism contract: none (metadata only); meta.json's text is a pure function of its
 // content (sorted keys).
 #pragma once
@@ -22,10 +25,11 @@
 
 #include "runtime/state_piece.hpp"
 #include "runtime/tensor.hpp"
+#include "verify/fingerprint.hpp"
 
 namespace lockstep::ckpt {
 
-inline constexpr int kFormatVersion = 1;
+inline constexpr int kFormatVersion = 2;  // written; 1 and 2 are read
 inline constexpr const char* kFormatName = "lockstep-checkpoint";
 inline constexpr std::uint64_t kChunkBytes = std::uint64_t{1} << 20;
 
@@ -45,13 +49,15 @@ struct TensorRecord {
   std::string name;
   Shape global_shape;
   DType dtype = DType::f32;
-  std::uint64_t fingerprint = 0;  // verify/fingerprint.hpp over the logical tensor
+  std::uint64_t fingerprint = 0;  // verify/fingerprint.hpp (Meta::fingerprint_version) over
+                                  // the logical tensor
   std::vector<ShardRecord> shards;
 };
 
 struct Meta {
   std::string dir;  // the checkpoint directory it was read from ("" when parsed from text)
   int format_version = kFormatVersion;
+  FpVersion fingerprint_version = kFpVersionLatest;  // of every TensorRecord::fingerprint
   std::int64_t step = 0;
   std::uint64_t chunk_bytes = kChunkBytes;
   nlohmann::json run;                           // the trainer's object, verbatim

@@ -272,6 +272,7 @@ void commit(const SaveOptions& opt, const std::vector<std::string>& texts,
     }
   const json j = {{"format", kFormatName},
                   {"format_version", kFormatVersion},
+                  {"fingerprint_version", static_cast<int>(opt.fingerprint_version)},
                   {"step", opt.step},
                   {"chunk_bytes", kChunkBytes},
                   {"run", run},

@@ -67,7 +67,7 @@ std::vector<std::string> verify_checkpoint(const std::string& ckpt_dir, const Me
         g.flat_begin = s.flat_begin;
         g.flat_end = s.flat_end;
         g.data = buf.data();
-        fp += fingerprint(g);
+        fp += fingerprint(g, meta.fingerprint_version);
       } catch (const Error& e) {
         const std::string msg = e.what();
         problems.push_back(msg.find("tensor '" + name + "'") == std::string::npos
@@ -108,7 +108,7 @@ std::int64_t export_tensors(const std::string& ckpt_dir, const Meta& meta,
   read_pieces(ckpt_dir, meta, ptrs);
   std::vector<StTensor> out;
   for (const StatePiece& p : pieces) {
-    const std::uint64_t fp = fingerprint(p);
+    const std::uint64_t fp = fingerprint(p, meta.fingerprint_version);
     check(fp == meta.tensors.at(p.name).fingerprint,
           "checkpoint '" + ckpt_dir + "', tensor '" + p.name + "': fingerprint " + hex64(fp) +
               " differs from meta.json's " + hex64(meta.tensors.at(p.name).fingerprint));

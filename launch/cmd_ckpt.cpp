@@ -36,7 +36,8 @@ int inspect(const CkptOptions& o) {
   const std::string dir = resolve_dir(o.dir);
   const ckpt::Meta m = ckpt::read_meta(dir);
   std::printf("checkpoint %s\n", dir.c_str());
-  std::printf("  format        : %s v%d\n", ckpt::kFormatName, m.format_version);
+  std::printf("  format        : %s v%d (fingerprints v%d)\n", ckpt::kFormatName, m.format_version,
+              static_cast<int>(m.fingerprint_version));
   std::printf("  step          : %lld\n", static_cast<long long>(m.step));
   std::printf("  tensors       : %zu (%.1f MB)\n", m.tensors.size(),
               static_cast<double>(m.total_bytes()) / 1e6);

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include <toml++/toml.h>
+
 #include "checkpoint/meta.hpp"
 #include "launch/commands.hpp"
 #include "launch/config.hpp"
@@ -51,8 +53,32 @@ int report(const verify::CompareReport& r, const VerifyOptions& o) {
   return r.identical() ? 0 : 1;
 }
 
+// The fingerprint scheme RUN's trace.jsonl was written with, read from RUN/config.toml (the
+// resolved config `lockstep train` writes, every key present): "torch-xor", or "lockstep v1"
+// / "lockstep v2" by verify.fingerprint_version; a config.toml without that key was written
+// before it existed, when fingerprints were v1. "" when the run has no config.toml.
+std::string fingerprint_scheme(const std::string& run) {
+  const std::string path = run + "/config.toml";
+  if (!fs::exists(path)) return "";
+  toml::table t;
+  try {
+    t = toml::parse_file(path);
+  } catch (const toml::parse_error& e) {
+    fail("'" + path + "' is not valid TOML: " + std::string(e.description()),
+         "it is written by `lockstep train`; restore it or compare runs that have one");
+  }
+  if (t["verify"]["hash"].value_or(std::string("lockstep")) == "torch-xor") return "torch-xor";
+  const std::int64_t v = t["verify"]["fingerprint_version"].value_or(std::int64_t{1});
+  return "lockstep v" + std::to_string(v);
+}
+
+verify::CompareReport compare_runs(const VerifyOptions& o) {
+  return verify::compare_runs(o.run_a, o.run_b, fingerprint_scheme(o.run_a),
+                              fingerprint_scheme(o.run_b));
+}
+
 int compare(const VerifyOptions& o) {
-  return report(verify::compare_runs(o.run_a, o.run_b), o);
+  return report(compare_runs(o), o);
 }
 
 // The newest complete checkpoint of `run` with step < s ("" if none) and the layout of the
@@ -93,7 +119,7 @@ ReplayPlan plan_replay(const std::string& run, std::int64_t s) {
 }
 
 int bisect(const VerifyOptions& o) {
-  verify::CompareReport r = verify::compare_runs(o.run_a, o.run_b);
+  verify::CompareReport r = compare_runs(o);
   if (!r.first_step) {
     std::printf(
         "lockstep verify bisect: the traces agree on all %lld common steps; nothing to "
@@ -113,24 +139,26 @@ int bisect(const VerifyOptions& o) {
     const std::string out = (fs::path(run) / "bisect" / "replay").string();
     fs::remove_all(out);
     fs::create_directories(fs::path(out).parent_path());
-    const std::vector<std::string> argv = {
-        proc::self_exe(),
-        "run",
-        "--np",
-        std::to_string(p.world),
-        "--tp",
-        std::to_string(p.tp),
-        config,
-        "--set",
-        "run.resume=" + (p.checkpoint.empty() ? "none" : p.checkpoint),
-        "--set",
-        "run.stop_at=" + std::to_string(s),
-        "--set",
-        "verify.ops=" + std::to_string(s) + "-" + std::to_string(s),
-        "--set",
-        "run.out=" + out,
-        "--set",
-        "ckpt.save=false"};
+    std::vector<std::string> argv = {proc::self_exe(),
+                                     "run",
+                                     "--np",
+                                     std::to_string(p.world),
+                                     "--tp",
+                                     std::to_string(p.tp),
+                                     config,
+                                     "--set",
+                                     "run.resume=" + (p.checkpoint.empty() ? "none" : p.checkpoint),
+                                     "--set",
+                                     "run.stop_at=" + std::to_string(s),
+                                     "--set",
+                                     "verify.ops=" + std::to_string(s) + "-" + std::to_string(s),
+                                     "--set",
+                                     "run.out=" + out,
+                                     "--set",
+                                     "ckpt.save=false"};
+    // A run made before verify.fingerprint_version existed wrote v1 fingerprints: replay so.
+    if (fingerprint_scheme(run) == "lockstep v1")
+      argv.insert(argv.end(), {"--set", "verify.fingerprint_version=1"});
     std::printf("  %s: %s\n  run: %s\n", run.c_str(),
                 p.checkpoint.empty()
                     ? "no checkpoint before the divergence: replaying from step 1"

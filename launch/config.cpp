@@ -118,6 +118,11 @@ std::vector<KeyInfo> make_keys() {
        "fingerprint kind",
        {"lockstep", "torch-xor"},
        member(&C::verify, &VerifySection::hash)},
+      {"verify.fingerprint_version",
+       "lockstep fingerprint version: 2 (default), 1 to compare with runs of Lockstep before "
+       "checkpoint format 2",
+       {},
+       member(&C::verify, &VerifySection::fingerprint_version)},
       {"verify.state_interval",
        "fingerprint all state into trace.jsonl every N steps (0: only the exact scalars)",
        {},

@@ -75,8 +75,9 @@ struct CkptSection {
 };
 
 struct VerifySection {
-  std::string hash = "lockstep";    // lockstep | torch-xor
-  std::int64_t state_interval = 1;  // fingerprint all state every N steps (0: never)
+  std::string hash = "lockstep";         // lockstep | torch-xor
+  std::int64_t fingerprint_version = 2;  // 1 | 2: lockstep fingerprints' version (verify/)
+  std::int64_t state_interval = 1;       // fingerprint all state every N steps (0: never)
   std::int64_t replica_check_interval = 1;
   std::string ops;  // "A-B": op trace for steps A..B
 };

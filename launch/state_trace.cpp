@@ -14,7 +14,6 @@
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
-#include "verify/replica_hash.hpp"
 
 namespace lockstep {
 
@@ -25,11 +24,13 @@ HashKind parse_hash_kind(const std::string& s) {
 }
 
 StateTrace::StateTrace(GradSync& sync, const Communicator& world, const Grid& grid, HashKind kind,
-                       std::int64_t state_interval, std::int64_t guard_interval, int threads)
+                       FpVersion version, std::int64_t state_interval, std::int64_t guard_interval,
+                       int threads)
     : sync_(sync),
       world_(world),
       grid_(grid),
       kind_(kind),
+      version_(version),
       state_interval_(state_interval),
       guard_interval_(guard_interval),
       threads_(threads),
@@ -50,18 +51,23 @@ double cpu_seconds(clockid_t clock) {
 }
 
 // Runs job(i) for i < n on `threads` threads (dynamic schedule) and returns the results;
-// adds the elapsed time to `wall` and the threads' CPU time to `cpu_total`.
+// adds the elapsed time to `wall` and the threads' CPU time to `cpu_total`. Each thread reads
+// its CPU clock once before and once after its share of the jobs (not twice per job).
 template <class Job>
 std::vector<std::uint64_t> hash_on_threads(int n, int threads, Job&& job, double& wall,
                                            double& cpu_total) {
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::uint64_t> out(static_cast<std::size_t>(n), 0);
-  std::vector<double> cpu(static_cast<std::size_t>(n), 0.0);
-#pragma omp parallel for schedule(dynamic, 1) num_threads(threads) if (threads > 1)
-  for (int i = 0; i < n; ++i) {
+  const int team = threads > 1 ? threads : 1;
+  std::vector<double> cpu(static_cast<std::size_t>(team), 0.0);
+#pragma omp parallel num_threads(team) if (team > 1)
+  {
     const double c0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
-    out[static_cast<std::size_t>(i)] = job(i);
-    cpu[static_cast<std::size_t>(i)] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
+    // nowait: a thread reads its clock as soon as it runs out of jobs, so the time it would
+    // spend waiting at the loop's barrier is not counted (as when each job was timed).
+#pragma omp for schedule(dynamic, 1) nowait
+    for (int i = 0; i < n; ++i) out[static_cast<std::size_t>(i)] = job(i);
+    cpu[static_cast<std::size_t>(omp_get_thread_num())] = cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - c0;
   }
   for (double x : cpu) cpu_total += x;
   wall += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -113,10 +119,9 @@ std::vector<std::vector<std::uint64_t>> StateTrace::hash_owned(
       [&](int c) {
         const Chunk& k = chunks[static_cast<std::size_t>(c)];
         const StatePiece& p = (*groups[k.group])[k.piece];
-        return kind == HashKind::lockstep
-                   ? fingerprint(sub_piece(p, k.a, k.b))
-                   : torch_xor_hash(std::span<const float>(p.data + k.a,
-                                                           static_cast<std::size_t>(k.b - k.a)));
+        return kind == HashKind::lockstep ? fingerprint(sub_piece(p, k.a, k.b), version_)
+                                          : torch_xor_hash(std::span<const float>(
+                                                p.data + k.a, static_cast<std::size_t>(k.b - k.a)));
       },
       hash_seconds_, hash_cpu_seconds_);
   // Exact integer combination, in chunk order (any order gives the same value).
@@ -164,7 +169,7 @@ void StateTrace::guard(std::int64_t step) {
       static_cast<int>(param_.size()), threads_,
       [&](int i) {
         const StatePiece& p = param_[static_cast<std::size_t>(i)];
-        return replica_hash(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
+        return xxh3_64(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
       },
       hash_seconds_, hash_cpu_seconds_);
   std::vector<std::uint64_t> lo(local), hi(local);

@@ -3,17 +3,17 @@
 // (param/, grad/, adam_m/, adam_v/) is fingerprinted over logical tensors: every rank
 // hashes the pieces it owns (launch/grad_sync.hpp: one owner per logical element), and one
 // integer allreduce over the world adds them up (sum mod 2^64; xor for verify.hash =
-// torch-xor). "rng" and "data" hash the random-stream coordinates and the data-order state.
-// The owned pieces are cut into chunks of at most kChunk elements and the chunks of a whole
-// call (param + adam_m + adam_v after the update) are spread over the rank's threads; the
-// chunk sums are added per piece mod 2^64 (xor for torch-xor), so neither the chunking nor
-// the thread count can change a value.
-// The guard: on its steps every rank hashes all of its local parameters (XXH3-64 of each
-// piece's bytes, verify/replica_hash.hpp: every byte checked, ~4x cheaper than the
-// fingerprint) and the DP replicas of each piece compare them with exact integer collectives;
-// a mismatch stops the job with the step, the tensor and the ranks.
-// Determinism contract: the fingerprints are functions of the logical state only, so in
-// invariant mode they are identical on every layout; hashing reads state and never writes it.
+// torch-xor). Lockstep fingerprints are of verify.fingerprint_version (verify/fingerprint.hpp
+// FpVersion; checkpoints record it). "rng" and "data" hash the random-stream coordinates and the
+// data-order state. The owned pieces are cut into chunks of at most kChunk elements and the chunks
+// of a whole call (param + adam_m + adam_v after the update) are spread over the rank's threads;
+// the chunk sums are added per piece mod 2^64 (xor for torch-xor), so neither the chunking nor the
+// thread count can change a value. The guard: on its steps every rank hashes all of its local
+// parameters (XXH3-64 of each piece's bytes, runtime/hash.hpp: every byte checked, several times
+// cheaper than the fingerprint) and the DP replicas of each piece compare them with exact integer
+// collectives; a mismatch stops the job with the step, the tensor and the ranks. Determinism
+// contract: the fingerprints are functions of the logical state only, so in invariant mode they are
+// identical on every layout; hashing reads state and never writes it.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +25,7 @@
 #include "launch/grad_sync.hpp"
 #include "runtime/grid.hpp"
 #include "runtime/state_piece.hpp"
+#include "verify/fingerprint.hpp"
 
 namespace lockstep {
 
@@ -40,7 +41,11 @@ class StateTrace {
   // state_interval: fingerprint the state groups on steps that are multiples of it (0:
   // never; the trace then has rng and data only); guard_interval likewise for the guard.
   StateTrace(GradSync& sync, const Communicator& world, const Grid& grid, HashKind kind,
-             std::int64_t state_interval, std::int64_t guard_interval, int threads);
+             FpVersion version, std::int64_t state_interval, std::int64_t guard_interval,
+             int threads);
+
+  // The version of every lockstep fingerprint this trace and checkpoint_fingerprints() give.
+  FpVersion fp_version() const { return version_; }
 
   // Right after the gradient reduction (before clipping): hash the reduced gradients.
   void after_reduce(std::int64_t step);
@@ -64,7 +69,7 @@ class StateTrace {
     return s;
   }
 
-  // The XXH3-64-style (lockstep) logical fingerprints of the checkpointed groups (param/,
+  // The lockstep logical fingerprints (of fp_version()) of the checkpointed groups (param/,
   // adam_m/, adam_v/) as of the last finish(); computed now if the trace hash is torch-xor.
   std::map<std::string, std::uint64_t> checkpoint_fingerprints();
   // The pieces a checkpoint holds: param/*, adam_m/*, adam_v/* (owners flagged).
@@ -82,6 +87,7 @@ class StateTrace {
   const Communicator& world_;
   const Grid& grid_;
   HashKind kind_;
+  FpVersion version_;
   std::int64_t state_interval_, guard_interval_;
   bool state_due_ = false;
   int threads_;

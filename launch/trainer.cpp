@@ -268,8 +268,10 @@ int train(const config::Config& cfg_in, Context& mpi) {
   model.init(static_cast<std::uint64_t>(cfg.run.seed));
   const ParamTable& table = model.table();
   GradSync sync(model, grid, mode, cfg.parallel.zero);
-  StateTrace state(sync, world, grid, parse_hash_kind(cfg.verify.hash), cfg.verify.state_interval,
-                   cfg.verify.replica_check_interval, kctx.threads);
+  StateTrace state(
+      sync, world, grid, parse_hash_kind(cfg.verify.hash),
+      fp_version_from_int(cfg.verify.fingerprint_version, "verify.fingerprint_version"),
+      cfg.verify.state_interval, cfg.verify.replica_check_interval, kctx.threads);
   const BitFlip bitflip = parse_bitflip(cfg.debug.bitflip, table);
   const auto [kill_rank, kill_step] = parse_kill(cfg.debug.kill_in_save);
   if (!cfg.debug.perturb.empty()) check_perturb_op(mcfg, cfg.debug.perturb);
@@ -344,6 +346,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
     opt.step = at;
     opt.keep = cfg.ckpt.keep;
     opt.kill_rank = at == kill_step ? kill_rank : -1;
+    opt.fingerprint_version = state.fp_version();
     const auto run = run_state(cfg, grid, world.size(), kctx, at, sampler, lr_of_step);
     const auto t0 = Clock::now();
     if (cfg.ckpt.async) {

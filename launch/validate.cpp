@@ -76,6 +76,9 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   need(c.numerics.reduce_block >= 1, "numerics.reduce_block must be >= 1");
   need(c.ckpt.interval >= 0 && c.ckpt.keep >= 0, "ckpt.interval and ckpt.keep must be >= 0");
   need(c.verify.replica_check_interval >= 0, "verify.replica_check_interval must be >= 0");
+  need(c.verify.fingerprint_version == 1 || c.verify.fingerprint_version == 2,
+       "verify.fingerprint_version must be 1 or 2 (2: the default; 1: as Lockstep wrote before "
+       "checkpoint format 2)");
   need(c.verify.state_interval >= 0, "verify.state_interval must be >= 0 (0: off)");
   need(!c.run.resume.empty(), "run.resume must be auto, none or a checkpoint path");
   need(c.run.stop_at >= 0, "run.stop_at must be >= 0 (0: off)");

@@ -54,7 +54,10 @@ struct Line {
   std::string loss_hex, loss_dec;
 };
 
-Line parse_line(const json& j, const std::string& path) {
+// `fingerprints`: false when the two runs' fingerprints were made by different schemes; then
+// only the exact scalars, other top-level keys and the scheme-independent "rng" and "data"
+// hashes are items (the digest is over the fingerprints, so it is left out too).
+Line parse_line(const json& j, const std::string& path, bool fingerprints) {
   check(j.is_object() && j.contains("step") && j["step"].is_number_integer(),
         "'" + path + "': a line without an integer \"step\"",
         "trace.jsonl lines come from `lockstep train`");
@@ -81,18 +84,19 @@ Line parse_line(const json& j, const std::string& path) {
     if (!done.count(it.key())) l.items.emplace_back(it.key(), text(it.value()));
   if (j.contains("fp") && j["fp"].is_object())
     for (auto it = j["fp"].begin(); it != j["fp"].end(); ++it)
-      l.items.emplace_back(it.key(), text(it.value()));
-  if (j.contains("digest")) l.items.emplace_back("digest", text(j["digest"]));
+      if (fingerprints || it.key() == "rng" || it.key() == "data")
+        l.items.emplace_back(it.key(), text(it.value()));
+  if (j.contains("digest") && fingerprints) l.items.emplace_back("digest", text(j["digest"]));
   return l;
 }
 
-std::map<std::int64_t, Line> load_trace(const std::string& run) {
+std::map<std::int64_t, Line> load_trace(const std::string& run, bool fingerprints) {
   const std::string path = run + "/trace.jsonl";
   check(fs::is_directory(run), "'" + run + "' is not a directory",
         "pass two run directories (run.out of each run)");
   std::map<std::int64_t, Line> out;
   for (const json& j : read_jsonl(path, true)) {
-    Line l = parse_line(j, path);
+    Line l = parse_line(j, path, fingerprints);
     out[l.step] = std::move(l);  // a resumed run may repeat steps: the last line wins
   }
   check(!out.empty(), "'" + path + "' holds no steps", "did the run train at least one step?");
@@ -270,11 +274,15 @@ OpDiff compare_op_traces(const std::string& ops_a, const std::string& ops_b, std
 }
 
 // ---- state traces ---------------------------------------------------------------------------
-CompareReport compare_runs(const std::string& run_a, const std::string& run_b) {
+CompareReport compare_runs(const std::string& run_a, const std::string& run_b,
+                           const std::string& scheme_a, const std::string& scheme_b) {
   CompareReport R;
   R.run_a = run_a;
   R.run_b = run_b;
-  const auto A = load_trace(run_a), B = load_trace(run_b);
+  R.scheme_a = scheme_a;
+  R.scheme_b = scheme_b;
+  const bool fps = R.fingerprints_comparable();
+  const auto A = load_trace(run_a, fps), B = load_trace(run_b, fps);
   const auto MA = load_metrics_loss(run_a), MB = load_metrics_loss(run_b);
   R.steps_a = static_cast<std::int64_t>(A.size());
   R.steps_b = static_cast<std::int64_t>(B.size());
@@ -331,9 +339,13 @@ std::string CompareReport::to_text() const {
   std::ostringstream o;
   o << "verify compare\n  A: " << run_a << " (" << steps_a << " steps)\n  B: " << run_b << " ("
     << steps_b << " steps)\n";
+  if (!fingerprints_comparable())
+    o << "note: A's fingerprints are " << scheme_a << ", B's " << scheme_b
+      << ": not comparable, so only the exact scalars and the rng/data hashes are compared "
+         "(rerun one with --set verify.hash=... / verify.fingerprint_version=... to match)\n";
   if (!first_step) {
-    o << "identical: all " << common << " common steps have the same bits (loss, grad_norm, lr, "
-      << "every fingerprint, digest)\n";
+    o << "identical: all " << common << " common steps have the same bits (loss, grad_norm, lr"
+      << (fingerprints_comparable() ? ", every fingerprint, digest)\n" : ")\n");
     if (steps_a != steps_b) o << "but the runs have different lengths: DIFFERENT\n";
     return o.str();
   }
@@ -406,6 +418,9 @@ nlohmann::ordered_json CompareReport::to_json() const {
   j["steps_a"] = steps_a;
   j["steps_b"] = steps_b;
   j["common_steps"] = common;
+  j["fingerprint_scheme_a"] = scheme_a;
+  j["fingerprint_scheme_b"] = scheme_b;
+  j["fingerprints_compared"] = fingerprints_comparable();
   auto opt = [](const std::optional<std::int64_t>& v) {
     return v ? nlohmann::ordered_json(*v) : nlohmann::ordered_json(nullptr);
   };
@@ -463,6 +478,9 @@ std::string CompareReport::to_html() const {
   h << "<h1>lockstep verify compare</h1><p>A: <code>" << html_escape(run_a) << "</code> ("
     << steps_a << " steps)<br>B: <code>" << html_escape(run_b) << "</code> (" << steps_b
     << " steps)</p>";
+  if (!fingerprints_comparable())
+    h << "<p>Note: A's fingerprints are " << html_escape(scheme_a) << ", B's "
+      << html_escape(scheme_b) << ": not comparable; only the exact scalars are compared.</p>";
   if (identical())
     h << "<p class=\"ok\">IDENTICAL: all " << common << " steps have the same bits.</p>";
   else if (first_step)

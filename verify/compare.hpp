@@ -12,6 +12,8 @@
 // Trace lines are read tolerantly: a scalar may be "loss": "dec" with "loss_hex", or
 // "loss": {"hex": .., "dec": ..}; fingerprints come from "fp"; unknown top-level keys are
 // compared exactly as JSON. metrics.jsonl, when present, supplies the logged loss.
+// Fingerprints made by different schemes (verify.hash, verify.fingerprint_version) always
+// differ, so such a pair is compared on its exact scalars only, with a note saying so.
 // Determinism contract: a pure function of the files; the verdict is bitwise (a field
 // differs iff its text differs).
 #pragma once
@@ -74,6 +76,12 @@ struct StepDiff {
 
 struct CompareReport {
   std::string run_a, run_b;
+  // The fingerprint schemes of the two traces ("lockstep v2", "lockstep v1", "torch-xor"; ""
+  // unknown). Fingerprints of different schemes are never compared (always differ).
+  std::string scheme_a, scheme_b;
+  bool fingerprints_comparable() const {
+    return scheme_a.empty() || scheme_b.empty() || scheme_a == scheme_b;
+  }
   std::int64_t steps_a = 0, steps_b = 0, common = 0;
   std::optional<std::int64_t> first_step;  // first divergent step
   std::vector<std::int64_t> divergent_steps;
@@ -102,8 +110,11 @@ struct CompareReport {
 int phase_of(const std::string& name);
 const char* phase_name(int phase);
 
-// Reads RUN/trace.jsonl (+ metrics.jsonl, ops/) of both runs. Throws lockstep::Error on
-// missing or unreadable files.
-CompareReport compare_runs(const std::string& run_a, const std::string& run_b);
+// Reads RUN/trace.jsonl (+ metrics.jsonl, ops/) of both runs. `scheme_a`/`scheme_b`: each
+// trace's fingerprint scheme when the caller knows it (from the run's config.toml); when both
+// are known and differ, fingerprints and digests are left out of the comparison. Throws
+// lockstep::Error on missing or unreadable files.
+CompareReport compare_runs(const std::string& run_a, const std::string& run_b,
+                           const std::string& scheme_a = "", const std::string& scheme_b = "");
 
 }  // namespace lockstep::verify

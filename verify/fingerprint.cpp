@@ -44,15 +44,24 @@ std::uint64_t torch_upcast_bits(const char* p) {
   }
 }
 
+// The definition, element by element: sum of mix64(key ^ (first + j), bits(data[j])).
 template <class T>
-std::uint64_t range_sum(std::uint64_t key, std::span<const T> data, std::uint64_t first) {
-  if constexpr (std::is_same_v<T, float>)
-    return detail::fingerprint_f32(key, data.data(), data.size(), first);
+std::uint64_t scalar_sum(FpVersion v, std::uint64_t key, const T* data, std::size_t n,
+                         std::uint64_t first) {
   std::uint64_t sum = 0;
-  for (std::size_t j = 0; j < data.size(); ++j)
-    sum += fingerprint_mix(key ^ (first + j),
-                           element_bits<T>(reinterpret_cast<const char*>(&data[j])));
+  for (std::size_t j = 0; j < n; ++j)
+    sum += fingerprint_mix(v, key ^ (first + j),
+                           element_bits<T>(reinterpret_cast<const char*>(data + j)));
   return sum;
+}
+
+template <class T>
+std::uint64_t range_sum(FpVersion v, std::uint64_t key, std::span<const T> data,
+                        std::uint64_t first) {
+  if constexpr (std::is_same_v<T, float>)
+    return detail::fingerprint_f32(v, key, data.data(), data.size(), first);
+  else
+    return scalar_sum(v, key, data.data(), data.size(), first);
 }
 
 // Calls f(logical_index, element_ptr) for every local element; logical indices come from
@@ -103,10 +112,10 @@ void for_each_logical(const Tensor& t, F&& f) {
 }
 
 template <class T>
-std::uint64_t fingerprint_typed(std::uint64_t key, const Tensor& t) {
+std::uint64_t fingerprint_typed(FpVersion v, std::uint64_t key, const Tensor& t) {
   std::uint64_t sum = 0;
   for_each_logical(t, [&](std::uint64_t i, const char* p) {
-    sum += fingerprint_mix(key ^ i, element_bits<T>(p));
+    sum += fingerprint_mix(v, key ^ i, element_bits<T>(p));
   });
   return sum;
 }
@@ -122,20 +131,16 @@ std::uint64_t xor_typed(const Tensor& t) {
 
 namespace detail {
 
-std::uint64_t fingerprint_f32_scalar(std::uint64_t key, const float* data, std::size_t n,
-                                     std::uint64_t first) {
-  std::uint64_t sum = 0;
-  for (std::size_t j = 0; j < n; ++j)
-    sum += fingerprint_mix(key ^ (first + j),
-                           element_bits<float>(reinterpret_cast<const char*>(data + j)));
-  return sum;
+std::uint64_t fingerprint_f32_scalar(FpVersion v, std::uint64_t key, const float* data,
+                                     std::size_t n, std::uint64_t first) {
+  return scalar_sum(v, key, data, n, first);
 }
 
-std::uint64_t fingerprint_f32(std::uint64_t key, const float* data, std::size_t n,
+std::uint64_t fingerprint_f32(FpVersion v, std::uint64_t key, const float* data, std::size_t n,
                               std::uint64_t first) {
   static const bool avx512 = best_isa() == Isa::avx512;
-  return avx512 ? fingerprint_f32_avx512(key, data, n, first)
-                : fingerprint_f32_scalar(key, data, n, first);
+  return avx512 ? fingerprint_f32_avx512(v, key, data, n, first)
+                : fingerprint_f32_scalar(v, key, data, n, first);
 }
 
 }  // namespace detail
@@ -144,31 +149,31 @@ std::uint64_t fingerprint_key(std::string_view name) {
   return xxh3_64(name.data(), name.size());
 }
 
-std::uint64_t fingerprint(std::string_view name, const Tensor& local) {
+std::uint64_t fingerprint(std::string_view name, const Tensor& local, FpVersion v) {
   check(local.defined(), "fingerprint of an undefined tensor '" + std::string(name) + "'");
   const std::uint64_t key = fingerprint_key(name);
   switch (local.dtype()) {
     case DType::f32:
-      return fingerprint_typed<float>(key, local);
+      return fingerprint_typed<float>(v, key, local);
     case DType::i32:
-      return fingerprint_typed<std::int32_t>(key, local);
+      return fingerprint_typed<std::int32_t>(v, key, local);
     case DType::u16:
-      return fingerprint_typed<std::uint16_t>(key, local);
+      return fingerprint_typed<std::uint16_t>(v, key, local);
   }
   fail(local.describe() + ": no fingerprint for this dtype");
 }
 
 std::uint64_t fingerprint_range(std::string_view name, std::span<const float> data,
-                                std::uint64_t first) {
-  return range_sum(fingerprint_key(name), data, first);
+                                std::uint64_t first, FpVersion v) {
+  return range_sum(v, fingerprint_key(name), data, first);
 }
 std::uint64_t fingerprint_range(std::string_view name, std::span<const std::int32_t> data,
-                                std::uint64_t first) {
-  return range_sum(fingerprint_key(name), data, first);
+                                std::uint64_t first, FpVersion v) {
+  return range_sum(v, fingerprint_key(name), data, first);
 }
 std::uint64_t fingerprint_range(std::string_view name, std::span<const std::uint16_t> data,
-                                std::uint64_t first) {
-  return range_sum(fingerprint_key(name), data, first);
+                                std::uint64_t first, FpVersion v) {
+  return range_sum(v, fingerprint_key(name), data, first);
 }
 
 std::uint64_t torch_xor_hash(const Tensor& t) {
@@ -187,11 +192,12 @@ std::uint64_t torch_xor_hash(const Tensor& t) {
   fail(t.describe() + ": no torch_xor_hash for this dtype");
 }
 
-std::uint64_t fingerprint(const StatePiece& piece) {
+std::uint64_t fingerprint(const StatePiece& piece, FpVersion v) {
   check_piece(piece);
   const std::uint64_t key = fingerprint_key(piece.name);
   auto range = [&](std::int64_t logical, std::int64_t local, std::int64_t len) {
-    return range_sum(key, std::span<const float>(piece.data + local, static_cast<std::size_t>(len)),
+    return range_sum(v, key,
+                     std::span<const float>(piece.data + local, static_cast<std::size_t>(len)),
                      static_cast<std::uint64_t>(logical));
   };
   if (piece.size() <= 0) return 0;

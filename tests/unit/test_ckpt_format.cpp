@@ -24,7 +24,6 @@
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
-#include "verify/replica_hash.hpp"
 
 using namespace lockstep;
 namespace fs = std::filesystem;
@@ -187,8 +186,8 @@ std::vector<std::string> direct_io_dirs() {
 TEST_CASE("direct writer: exact bytes and hashes, O_DIRECT or page cache, tmpfs falls back") {
   // Spans that straddle the 8 MiB staging blocks and the chunks, sizes not multiples of
   // 4 KiB, an empty span; chunk_bytes small so each span has many chunks.
-  std::vector<std::vector<float>> data = {std::vector<float>(2500001), std::vector<float>(7),
-                                          {}, std::vector<float>(1100000)};
+  std::vector<std::vector<float>> data = {
+      std::vector<float>(2500001), std::vector<float>(7), {}, std::vector<float>(1100000)};
   for (std::size_t t = 0; t < data.size(); ++t)
     for (std::size_t i = 0; i < data[t].size(); ++i)
       data[t][i] = static_cast<float>((i * 2654435761u + t) % 100003) * 0.001f - 7.0f;
@@ -196,8 +195,11 @@ TEST_CASE("direct writer: exact bytes and hashes, O_DIRECT or page cache, tmpfs 
   std::vector<ckpt::ByteSpan> spans;
   for (std::size_t t = 0; t < data.size(); ++t) {
     const std::uint64_t bytes = data[t].size() * 4;
-    tensors.push_back({"t" + std::to_string(t), DType::f32,
-                       {static_cast<std::int64_t>(data[t].size())}, data[t].data(), bytes});
+    tensors.push_back({"t" + std::to_string(t),
+                       DType::f32,
+                       {static_cast<std::int64_t>(data[t].size())},
+                       data[t].data(),
+                       bytes});
     spans.push_back({data[t].data(), bytes});
   }
   const std::string header = ckpt::safetensors_header(tensors);
@@ -281,23 +283,12 @@ TEST_CASE("pipelined reader: exact bytes of each range, O_DIRECT or page cache, 
             }).find("consumer says no") != std::string::npos);
       // A file shorter than the last range: an error naming the file, "truncated".
       spit(path, bytes.substr(0, bytes.size() - 5));
-      const std::string msg = error_of(
-          [&] { ckpt::read_pipelined(path, ranges, piece, [](auto...) {}, direct); });
+      const std::string msg = error_of([&] {
+        ckpt::read_pipelined(
+            path, ranges, piece, [](auto...) {}, direct);
+      });
       CHECK_THAT(msg, Catch::Contains(path) && Catch::Contains("truncated"));
       fs::remove(path);
-    }
-}
-
-TEST_CASE("replica_hash is XXH3-64 (the load path checks chunk hashes with it)") {
-  std::vector<char> buf(3'000'000);
-  for (std::size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<char>((i * 40503u) >> 7);
-  for (std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{16},
-                        std::size_t{17}, std::size_t{128}, std::size_t{129}, std::size_t{240},
-                        std::size_t{241}, std::size_t{1023}, std::size_t{1024}, std::size_t{4097},
-                        std::size_t{1} << 20, (std::size_t{1} << 20) + 5, buf.size() - 3})
-    for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{3}}) {
-      INFO("bytes " << n << " offset " << off);
-      CHECK(replica_hash(buf.data() + off, n) == xxh3_64(buf.data() + off, n));
     }
 }
 
@@ -486,6 +477,75 @@ TEST_CASE("export writes one unsharded file of the parameters") {
   const std::string bytes = slurp(out);
   CHECK(std::memcmp(bytes.data() + h.data_start + h.find("w")->begin, fx.w.data(), 96) == 0);
   CHECK(std::memcmp(bytes.data() + h.data_start + h.find("b")->begin, fx.b.data(), 20) == 0);
+}
+
+TEST_CASE("fingerprint versions: format 2 records its version, format 1 reads as v1") {
+  mpi();
+  Fixture fx;
+  auto fp_hex = [&](const char* name, const std::vector<float>& v, FpVersion ver) {
+    return hex64(fingerprint_range(name, v, 0, ver));
+  };
+  auto loads_exactly = [&] {
+    const std::string msg = fx.load();
+    INFO(msg);
+    CHECK(msg == "");
+    CHECK(std::memcmp(fx.w.data(), fx.w2.data(), 24 * 4) == 0);
+    CHECK(ckpt::verify_checkpoint(fx.dir, ckpt::read_meta(fx.dir)).empty());
+  };
+  SECTION("written as format 2 with fingerprint_version 2") {
+    const json j = json::parse(slurp(fx.meta_path()));
+    CHECK(j["format_version"] == 2);
+    CHECK(j["fingerprint_version"] == 2);
+    CHECK(ckpt::read_meta(fx.dir).fingerprint_version == FpVersion::v2);
+    CHECK(j["tensors"]["param/b"]["fingerprint"] == fp_hex("param/b", fx.b, FpVersion::v2));
+    loads_exactly();
+  }
+  SECTION("a format-1 checkpoint (v1 fingerprints, no version field) loads and verifies") {
+    fx.edit_meta([&](json& j) {
+      j["format_version"] = 1;
+      j.erase("fingerprint_version");
+      j["tensors"]["param/w"]["fingerprint"] = fp_hex("param/w", fx.w, FpVersion::v1);
+      j["tensors"]["param/b"]["fingerprint"] = fp_hex("param/b", fx.b, FpVersion::v1);
+    });
+    CHECK(ckpt::read_meta(fx.dir).fingerprint_version == FpVersion::v1);
+    loads_exactly();
+    CHECK(ckpt::export_tensors(fx.dir, ckpt::read_meta(fx.dir), fx.root + "/e.safetensors") == 2);
+  }
+  SECTION("v2 fingerprints under a format-1 meta.json fail the fingerprint check") {
+    fx.edit_meta([&](json& j) {
+      j["format_version"] = 1;
+      j.erase("fingerprint_version");
+    });
+    const std::string msg = fx.load();
+    INFO(msg);
+    CHECK_THAT(msg, Catch::Contains("fingerprint of tensor 'param/"));
+  }
+  SECTION("format 2 without a valid fingerprint_version, or format 3, is refused") {
+    fx.edit_meta([](json& j) { j.erase("fingerprint_version"); });
+    CHECK_THAT(fx.load(), Catch::Contains("fingerprint_version"));
+    fx.edit_meta([](json& j) { j["fingerprint_version"] = 3; });
+    CHECK_THAT(fx.load(), Catch::Contains("fingerprint version 3"));
+    fx.edit_meta([](json& j) {
+      j["fingerprint_version"] = 2;
+      j["format_version"] = 3;
+    });
+    CHECK_THAT(fx.load(), Catch::Contains("format_version 3 is not supported"));
+    CHECK(fx.untouched());
+  }
+  SECTION("save with v1 fingerprints records version 1 and loads") {
+    ckpt::SaveOptions opt{fx.root, 2, 0, -1};
+    opt.fingerprint_version = FpVersion::v1;
+    const ckpt::Meta before = ckpt::read_meta(fx.dir);
+    std::vector<StatePiece> src = fx.dst;
+    src[0].data = fx.w.data();
+    src[1].data = fx.b.data();
+    fx.dir = ckpt::save(mpi().world(), opt, src,
+                        {{"param/w", fingerprint_range("param/w", fx.w, 0, FpVersion::v1)},
+                         {"param/b", fingerprint_range("param/b", fx.b, 0, FpVersion::v1)}},
+                        before.run);
+    CHECK(ckpt::read_meta(fx.dir).fingerprint_version == FpVersion::v1);
+    loads_exactly();
+  }
 }
 
 // Not run by default ([.] hides it): tests/reference/safetensors_reader.py runs it to get a

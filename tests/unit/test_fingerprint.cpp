@@ -18,7 +18,6 @@
 #include "tests/support/test_data.hpp"
 #include "verify/fingerprint.hpp"
 #include "verify/fingerprint_kernel.hpp"
-#include "verify/replica_hash.hpp"
 
 using namespace lockstep;
 using lockstep::testing::mixed_floats;
@@ -35,14 +34,14 @@ Tensor make_f32(const Shape& shape, std::uint64_t seed) {
 // The contributions of every shard of `whole` split along `dim` into n pieces: each shard
 // once as a contiguous copy and once as a strided view into `whole`.
 std::uint64_t sum_of_shards(const std::string& name, const Tensor& whole, int dim, int n,
-                            bool strided) {
+                            bool strided, FpVersion v = kFpVersionLatest) {
   std::uint64_t sum = 0;
   const std::int64_t len = whole.shape()[dim] / n;
   for (int k = 0; k < n; ++k) {
     Tensor local = whole.slice(dim, k * len, len);
     if (!strided) local = local.clone();
     local.set_shard(ShardDesc::split(whole.shape(), dim, n, k));
-    sum += fingerprint(name, local);
+    sum += fingerprint(name, local, v);
   }
   return sum;
 }
@@ -73,18 +72,31 @@ std::string source_root() {
 
 TEST_CASE("mix64 and fingerprint have the documented values") {
   // Values printed by tests/reference/fingerprint_ref.py (independent Python).
-  CHECK(fingerprint_mix(0x0123456789abcdefull, 0xfedcba9876543210ull) == 0xf965a36452048402ull);
+  CHECK(fingerprint_mix_v1(0x0123456789abcdefull, 0xfedcba9876543210ull) == 0xf965a36452048402ull);
+  CHECK(fingerprint_mix_v2(0x0123456789abcdefull, 0xfedcba98ull) == 0xd744eba15e216c2aull);
+  CHECK(fingerprint_mix(FpVersion::v1, 1, 2) == fingerprint_mix_v1(1, 2));
+  CHECK(fingerprint_mix(FpVersion::v2, 1, 2) == fingerprint_mix_v2(1, 2));
   auto d5 = ref_data(5, 1);
-  // fingerprint_ref.py 0 5 1 (key 0), through the raw definition:
-  std::uint64_t fp0 = 0;
+  // fingerprint_ref.py 0 5 1 (key 0), through the raw definition and through fingerprint():
+  std::uint64_t fp1 = 0, fp2 = 0;
   for (std::size_t i = 0; i < d5.size(); ++i) {
     std::uint32_t u;
     std::memcpy(&u, &d5[i], 4);
-    fp0 += fingerprint_mix(0 ^ i, u);
+    fp1 += fingerprint_mix_v1(0 ^ i, u);
+    fp2 += fingerprint_mix_v2(0 ^ i, u);
   }
-  CHECK(fp0 == 0xd083c39d6ea813efull);
+  CHECK(fp1 == 0xd083c39d6ea813efull);
+  CHECK(fp2 == 0x0463a72d47dc8a41ull);
+  CHECK(detail::fingerprint_f32(FpVersion::v1, 0, d5.data(), 5, 0) == fp1);
+  CHECK(detail::fingerprint_f32(FpVersion::v2, 0, d5.data(), 5, 0) == fp2);
   Tensor t = Tensor::view(d5.data(), DType::f32, {5});
   CHECK(torch_xor_hash(t) == 0xc2e11a1d60000000ull);
+  // The version numbers are checked where they are read.
+  CHECK(fp_version_from_int(1, "x") == FpVersion::v1);
+  CHECK(fp_version_from_int(2, "x") == FpVersion::v2);
+  CHECK(kFpVersionLatest == FpVersion::v2);
+  CHECK_THROWS_AS(fp_version_from_int(3, "x"), lockstep::Error);
+  CHECK_THROWS_AS(fp_version_from_int(0, "x"), lockstep::Error);
 }
 
 TEST_CASE("fingerprint and torch_xor_hash agree with the independent Python reference") {
@@ -106,30 +118,37 @@ TEST_CASE("fingerprint and torch_xor_hash agree with the independent Python refe
     REQUIRE(rc == 0);
     Tensor t =
         Tensor::view(const_cast<float*>(data.data()), DType::f32, {static_cast<std::int64_t>(n)});
-    CHECK(out.find("fp  " + hex64(fingerprint(name, t)) + "\n") != std::string::npos);
-    CHECK(out.find("xor " + hex64(torch_xor_hash(t)) + "\n") != std::string::npos);
-    CHECK(out.find("mix f965a36452048402\n") != std::string::npos);
+    CHECK(out.find("fp1  " + hex64(fingerprint(name, t, FpVersion::v1)) + "\n") !=
+          std::string::npos);
+    CHECK(out.find("fp2  " + hex64(fingerprint(name, t, FpVersion::v2)) + "\n") !=
+          std::string::npos);
+    CHECK(out.find("fp2  " + hex64(fingerprint(name, t)) + "\n") != std::string::npos);
+    CHECK(out.find("xor  " + hex64(torch_xor_hash(t)) + "\n") != std::string::npos);
+    CHECK(out.find("mix1 f965a36452048402\n") != std::string::npos);
+    CHECK(out.find("mix2 d744eba15e216c2a\n") != std::string::npos);
   }
 }
 
 TEST_CASE("shards of every split add up to the whole tensor's fingerprint") {
+  const FpVersion v = GENERATE(FpVersion::v1, FpVersion::v2);
+  INFO("version " << static_cast<int>(v));
   const std::string name = "param/w";
   const Tensor w = make_f32({8, 12}, 11);
-  const std::uint64_t whole = fingerprint(name, w);
+  const std::uint64_t whole = fingerprint(name, w, v);
   for (int dim : {0, 1})
     for (int n : {1, 2, 4})
       for (bool strided : {false, true}) {
         INFO("dim " << dim << " n " << n << " strided " << strided);
-        CHECK(sum_of_shards(name, w, dim, n, strided) == whole);
+        CHECK(sum_of_shards(name, w, dim, n, strided, v) == whole);
       }
   // 3-D, split on the middle and last dims.
   const Tensor x = make_f32({3, 8, 4}, 12);
-  const std::uint64_t whole3 = fingerprint(name, x);
+  const std::uint64_t whole3 = fingerprint(name, x, v);
   for (int dim : {0, 1, 2})
     for (int n : {1, 2, 4}) {
       if (x.shape()[dim] % n) continue;
-      CHECK(sum_of_shards(name, x, dim, n, true) == whole3);
-      CHECK(sum_of_shards(name, x, dim, n, false) == whole3);
+      CHECK(sum_of_shards(name, x, dim, n, true, v) == whole3);
+      CHECK(sum_of_shards(name, x, dim, n, false, v) == whole3);
     }
   // A 2x2 grid of blocks (rows split 2 ways, then columns 2 ways), each block fingerprinted
   // row by row through fingerprint_range at its logical offsets.
@@ -140,30 +159,32 @@ TEST_CASE("shards of every split add up to the whole tensor's fingerprint") {
       for (int r = 0; r < 4; ++r) {
         const Tensor row = block.slice(0, r, 1).clone();
         sum += fingerprint_range(name, std::span<const float>(row.data<float>(), 6),
-                                 static_cast<std::uint64_t>((a * 4 + r) * 12 + b * 6));
+                                 static_cast<std::uint64_t>((a * 4 + r) * 12 + b * 6), v);
       }
     }
   CHECK(sum == whole);
   // fingerprint_range over contiguous pieces of the flattened tensor.
   const float* p = w.data<float>();
-  CHECK(fingerprint_range(name, std::span<const float>(p, 50)) +
-            fingerprint_range(name, std::span<const float>(p + 50, 46), 50) ==
+  CHECK(fingerprint_range(name, std::span<const float>(p, 50), 0, v) +
+            fingerprint_range(name, std::span<const float>(p + 50, 46), 50, v) ==
         whole);
 }
 
 TEST_CASE("fingerprint sees every change of bits, position and name") {
+  const FpVersion v = GENERATE(FpVersion::v1, FpVersion::v2);
+  INFO("version " << static_cast<int>(v));
   const Tensor w = make_f32({6, 10}, 13);
-  const std::uint64_t base = fingerprint("param/w", w);
-  CHECK(fingerprint("param/w2", w) != base);
-  CHECK(fingerprint("grad/w", w) != base);
+  const std::uint64_t base = fingerprint("param/w", w, v);
+  CHECK(fingerprint("param/w2", w, v) != base);
+  CHECK(fingerprint("grad/w", w, v) != base);
   SECTION("swap two different elements") {
     Tensor c = w.clone();
     float* d = c.data<float>();
     d[3] = 1.5f;
     d[17] = -2.25f;
-    const std::uint64_t before = fingerprint("param/w", c);
+    const std::uint64_t before = fingerprint("param/w", c, v);
     std::swap(d[3], d[17]);
-    CHECK(fingerprint("param/w", c) != before);
+    CHECK(fingerprint("param/w", c, v) != before);
     CHECK(torch_xor_hash(c) == torch_xor_hash(c.clone()));  // order-blind, by design
   }
   SECTION("every single bit flip of one element") {
@@ -173,22 +194,22 @@ TEST_CASE("fingerprint sees every change of bits, position and name") {
       std::memcpy(&u, c.data<float>() + 7, 4);
       u ^= 1u << b;
       std::memcpy(c.data<float>() + 7, &u, 4);
-      CHECK(fingerprint("param/w", c) != base);
+      CHECK(fingerprint("param/w", c, v) != base);
       u ^= 1u << b;
       std::memcpy(c.data<float>() + 7, &u, 4);
     }
-    CHECK(fingerprint("param/w", c) == base);
+    CHECK(fingerprint("param/w", c, v) == base);
   }
   SECTION("+0.0 vs -0.0") {
     Tensor c = w.clone();
     c.data<float>()[5] = 0.0f;
-    const std::uint64_t pos = fingerprint("param/w", c);
+    const std::uint64_t pos = fingerprint("param/w", c, v);
     c.data<float>()[5] = -0.0f;
-    CHECK(fingerprint("param/w", c) != pos);
+    CHECK(fingerprint("param/w", c, v) != pos);
   }
   SECTION("transposed layout of the same values") {
     Tensor t = Tensor::view(w.raw(), DType::f32, {10, 6}, {1, 10}, "wt");
-    CHECK(fingerprint("param/w", t.clone()) != base);
+    CHECK(fingerprint("param/w", t.clone(), v) != base);
   }
 }
 
@@ -206,8 +227,8 @@ TEST_CASE("integer dtypes: shards sum, bits zero-extended") {
   }
   std::uint64_t ref = 0;
   for (int k = 0; k < 24; ++k)
-    ref += fingerprint_mix(fingerprint_key("data/x") ^ static_cast<std::uint64_t>(k),
-                           static_cast<std::uint32_t>(i.data<std::int32_t>()[k]));
+    ref += fingerprint_mix_v2(fingerprint_key("data/x") ^ static_cast<std::uint64_t>(k),
+                              static_cast<std::uint32_t>(i.data<std::int32_t>()[k]));
   CHECK(fingerprint("data/x", i) == ref);
   CHECK(fingerprint_range("data/x", std::span<const std::int32_t>(i.data<std::int32_t>(), 24)) ==
         ref);
@@ -242,7 +263,8 @@ TEST_CASE("a shard descriptor outside the logical shape is an error") {
 }
 
 TEST_CASE("every ISA path of the float32 sum gives the scalar sum") {
-  // The AVX-512 kernel runs blocks of 16 vector + 3 scalar elements, then 8-lane steps,
+  // The AVX-512 kernel runs blocks of 16 vector + 3 (v1) or 1 (v2) scalar elements, then
+  // 8-lane steps,
   // then a scalar tail: sizes around every boundary, odd start offsets (unaligned loads),
   // logical indices near 2^32 and 2^64 (wrap-around of the index vector).
   const std::vector<float> v = mixed_floats(70001, 99);
@@ -250,31 +272,16 @@ TEST_CASE("every ISA path of the float32 sum gives the scalar sum") {
                                     28, 37, 38, 39, 45, 46, 57, 64, 1037, 4096, 65536, 69999};
   for (std::size_t n : sizes)
     for (std::size_t off : {std::size_t{0}, std::size_t{1}, std::size_t{2}})
-      for (std::uint64_t first : {0ull, 3ull, 1ull << 40, (1ull << 32) - 5, ~0ull - 20}) {
-        const float* d = v.data() + off;
-        INFO("n " << n << " offset " << off << " first " << first);
-        const std::uint64_t ref = detail::fingerprint_f32_scalar(0x1234, d, n, first);
-        CHECK(detail::fingerprint_f32(0x1234, d, n, first) == ref);
-        if (isa_supported(Isa::avx512))
-          CHECK(detail::fingerprint_f32_avx512(0x1234, d, n, first) == ref);
-      }
-}
-
-TEST_CASE("the replica guard's hash is XXH3-64 of the bytes on every path") {
-  const std::vector<float> v = mixed_floats(20011, 17);
-  for (std::size_t n : {0u, 1u, 3u, 16u, 17u, 128u, 129u, 240u, 241u, 1024u, 1025u, 20011u})
-    for (std::size_t off : {0u, 1u}) {
-      if (off + n > v.size()) continue;
-      const std::uint64_t ref = xxh3_64(v.data() + off, n * sizeof(float));
-      INFO("n " << n << " offset " << off);
-      CHECK(replica_hash(v.data() + off, n * sizeof(float)) == ref);
-      if (isa_supported(Isa::avx512))
-        CHECK(detail::replica_hash_avx512(v.data() + off, n * sizeof(float)) == ref);
-    }
-  // Odd byte counts too (the AVX-512 accumulator's stripes and the tail).
-  const char* bytes = reinterpret_cast<const char*>(v.data());
-  for (std::size_t n : {5u, 63u, 65u, 1000u, 4097u, 80039u})
-    CHECK(replica_hash(bytes + 1, n) == xxh3_64(bytes + 1, n));
+      for (std::uint64_t first : {0ull, 3ull, 1ull << 40, (1ull << 32) - 5, ~0ull - 20})
+        for (FpVersion ver : {FpVersion::v1, FpVersion::v2}) {
+          const float* d = v.data() + off;
+          INFO("n " << n << " offset " << off << " first " << first << " version "
+                    << static_cast<int>(ver));
+          const std::uint64_t ref = detail::fingerprint_f32_scalar(ver, 0x1234, d, n, first);
+          CHECK(detail::fingerprint_f32(ver, 0x1234, d, n, first) == ref);
+          if (isa_supported(Isa::avx512))
+            CHECK(detail::fingerprint_f32_avx512(ver, 0x1234, d, n, first) == ref);
+        }
 }
 
 TEST_CASE("a state piece's fingerprint is its logical elements' share") {

@@ -136,6 +136,29 @@ TEST_CASE("compare: hidden divergence in one gradient tensor at step k") {
   CHECK(html.find("grad/layers.0.mlp.fc1.weight") != std::string::npos);
 }
 
+TEST_CASE("compare: fingerprints of different schemes are not compared, scalars are") {
+  const std::string a = fresh("scheme_a"), b = fresh("scheme_b");
+  write_run(a, 5);
+  Fault f;
+  f.step = 1;
+  f.tensors = {"grad/embed.weight", "param/embed.weight"};
+  write_run(b, 5, f);
+  CHECK(verify::compare_runs(a, b).first_step == 1);  // schemes unknown: compared
+  CHECK(verify::compare_runs(a, b, "lockstep v2", "lockstep v2").first_step == 1);
+  const auto r = verify::compare_runs(a, b, "lockstep v2", "lockstep v1");
+  CHECK_FALSE(r.fingerprints_comparable());
+  CHECK(r.identical());
+  CHECK_THAT(r.to_text(), Catch::Contains("A's fingerprints are lockstep v2, B's lockstep v1: "
+                                          "not comparable"));
+  CHECK(r.to_json()["fingerprints_compared"] == false);
+  CHECK_THAT(r.to_html(), Catch::Contains("not comparable"));
+  // A scalar difference is still found.
+  const std::string c = fresh("scheme_c");
+  f.loss_step = 3;
+  write_run(c, 5, f);
+  CHECK(verify::compare_runs(a, c, "lockstep v2", "torch-xor").first_step == 3);
+}
+
 TEST_CASE("compare: a loss divergence is not hidden; object scalars and extra keys") {
   const std::string a = fresh("loss_a"), b = fresh("loss_b");
   // The lead's widened form: {"hex", "dec"} objects and extra top-level keys.
