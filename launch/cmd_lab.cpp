@@ -149,14 +149,7 @@ Runner add_lab(CLI::App& app) {
   sub->add_option("config", o->config, "gpt: TOML config (default launch/configs/tiny.toml)")
       ->check(CLI::ExistingFile);
   sub->add_option("--set", o->sets, "gpt: override section.key=value")->allow_extra_args(false);
-  return [o](int, char**) {
-    try {
-      return lab(*o);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
-      return 2;
-    }
-  };
+  return guarded([o] { return lab(*o); });
 }
 
 }  // namespace lockstep::cli

@@ -14,6 +14,7 @@
 
 #include "launch/commands.hpp"
 #include "launch/config.hpp"
+#include "launch/job_options.hpp"
 #include "launch/subprocess.hpp"
 #include "launch/validate.hpp"
 #include "runtime/error.hpp"
@@ -21,15 +22,11 @@
 namespace lockstep::cli {
 namespace {
 
-struct LayoutCheckOptions {
+struct LayoutCheckOptions : JobOptions {
+  LayoutCheckOptions() { out = "runs/layout-check"; }
   std::string layouts = "1x1,1x2,2x1,2x2";
   std::string microbatches;  // empty: the config's parallel.microbatch
   int steps = 0;             // 0: the config's run.steps
-  std::string config;
-  std::vector<std::string> sets;
-  std::string out = "runs/layout-check";
-  std::vector<std::string> mpi_args;
-  std::string hostfile;  // passed to lockstep run (several machines)
 };
 
 struct Variant {
@@ -163,22 +160,8 @@ Runner add_layout_check(CLI::App& app) {
   sub->add_option("--microbatches", o->microbatches, "microbatch sizes, comma-separated");
   sub->add_option("--steps", o->steps, "steps per run (default: run.steps)")
       ->check(CLI::PositiveNumber);
-  sub->add_option("--out", o->out, "directory for the runs")->capture_default_str();
-  sub->add_option("--hostfile", o->hostfile, "Open MPI hostfile: run every job across these hosts")
-      ->check(CLI::ExistingFile);
-  sub->add_option("--mpi-arg", o->mpi_args, "extra mpirun arguments (see lockstep run)")
-      ->allow_extra_args(false);
-  sub->add_option("config", o->config, "TOML config")->check(CLI::ExistingFile);
-  sub->add_option("--set", o->sets, "override: section.key=value (repeatable)")
-      ->allow_extra_args(false);
-  return [o](int, char**) {
-    try {
-      return layout_check(*o);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
-      return 2;
-    }
-  };
+  add_job_options(sub, *o, true);
+  return guarded([o] { return layout_check(*o); });
 }
 
 }  // namespace lockstep::cli

@@ -15,6 +15,7 @@
 
 #include "launch/commands.hpp"
 #include "launch/config.hpp"
+#include "launch/job_options.hpp"
 #include "launch/subprocess.hpp"
 #include "launch/validate.hpp"
 #include "runtime/error.hpp"
@@ -22,16 +23,12 @@
 namespace lockstep::cli {
 namespace {
 
-struct ResumeCheckOptions {
+struct ResumeCheckOptions : JobOptions {
+  ResumeCheckOptions() { out = "runs/resume-check"; }
   int steps = 0;
   std::string save_at;
   std::string layout = "1x1";
   std::string resume_layout;  // empty: --layout
-  std::string config;
-  std::vector<std::string> sets;
-  std::string out = "runs/resume-check";
-  std::vector<std::string> mpi_args;
-  std::string hostfile;  // passed to lockstep run (several machines)
 };
 
 // "field" or "fp.<tensor>" of the first difference between two trace lines.
@@ -174,23 +171,9 @@ Runner add_resume_check(CLI::App& app) {
   sub->add_option("--layout", o->layout, "TPxDP of run A and of run B up to the first save")
       ->capture_default_str();
   sub->add_option("--resume-layout", o->resume_layout, "TPxDP of run B after resuming");
-  sub->add_option("--out", o->out, "directory for the runs")->capture_default_str();
-  sub->add_option("--hostfile", o->hostfile, "Open MPI hostfile: run every job across these hosts")
-      ->check(CLI::ExistingFile);
-  sub->add_option("--mpi-arg", o->mpi_args, "extra mpirun arguments (see lockstep run)")
-      ->allow_extra_args(false);
-  sub->add_option("config", o->config, "TOML config")->check(CLI::ExistingFile);
-  sub->add_option("--set", o->sets, "override: section.key=value (repeatable)")
-      ->allow_extra_args(false);
   CLI::App* root = &app;
-  return [o, root](int, char**) {
-    try {
-      return resume_check(*o, root);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
-      return 2;
-    }
-  };
+  add_job_options(sub, *o, true);
+  return guarded([o, root] { return resume_check(*o, root); });
 }
 
 }  // namespace lockstep::cli

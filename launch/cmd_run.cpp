@@ -253,14 +253,7 @@ Runner add_run(CLI::App& app) {
   sub->add_option("--set", o->sets, "override: section.key=value (repeatable)")
       ->allow_extra_args(false);
   sub->add_flag("--dry-run", o->dry_run, "validate and print the command, do not run it");
-  return [o](int, char**) {
-    try {
-      return run(*o);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
-      return 2;
-    }
-  };
+  return guarded([o] { return run(*o); });
 }
 
 }  // namespace lockstep::cli

@@ -22,6 +22,7 @@
 
 #include "launch/commands.hpp"
 #include "launch/config.hpp"
+#include "launch/job_options.hpp"
 #include "launch/subprocess.hpp"
 #include "launch/validate.hpp"
 #include "runtime/error.hpp"
@@ -29,7 +30,8 @@
 namespace lockstep::cli {
 namespace {
 
-struct TaxOptions {
+struct TaxOptions : JobOptions {
+  TaxOptions() { out = "runs/tax"; }
   std::string modes = "fast,deterministic,invariant,invariant+verify";
   int trials = 3;
   int steps = 8;
@@ -37,10 +39,6 @@ struct TaxOptions {
   int np = 1;
   int tp = 1;
   std::string json;
-  std::string config;
-  std::vector<std::string> sets;
-  std::string out = "runs/tax";
-  std::vector<std::string> mpi_args;
 };
 
 std::vector<std::string> mode_sets(const std::string& mode, int steps) {
@@ -202,21 +200,8 @@ Runner add_tax(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--json", o->json, "write the results here (default: OUT/tax.json)");
-  sub->add_option("--out", o->out, "directory for the runs")->capture_default_str();
-  sub->add_option("--mpi-arg", o->mpi_args, "extra mpirun arguments (see lockstep run)")
-      ->allow_extra_args(false);
-  sub->add_option("config", o->config, "TOML config (e.g. launch/configs/bench-small.toml)")
-      ->check(CLI::ExistingFile);
-  sub->add_option("--set", o->sets, "override: section.key=value (repeatable)")
-      ->allow_extra_args(false);
-  return [o](int, char**) {
-    try {
-      return tax(*o);
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
-      return 2;
-    }
-  };
+  add_job_options(sub, *o, false, "TOML config (e.g. launch/configs/bench-small.toml)");
+  return guarded([o] { return tax(*o); });
 }
 
 }  // namespace lockstep::cli

@@ -4,11 +4,26 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <exception>
 #include <functional>
 
 namespace lockstep::cli {
 
 using Runner = std::function<int(int argc, char** argv)>;
+
+// The Runner of a command whose errors all end the same way: any exception is printed as
+// "lockstep: error: ..." on stderr and the exit status is 2.
+inline Runner guarded(std::function<int()> body) {
+  return [body = std::move(body)](int, char**) {
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "lockstep: error: %s\n", e.what());
+      return 2;
+    }
+  };
+}
 
 // `lockstep info`: build facts (compiler, flags, ISA paths, libraries).
 Runner add_info(CLI::App& app);
