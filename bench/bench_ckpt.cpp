@@ -23,9 +23,9 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
-#include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -36,6 +36,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
+#include "tests/support/synthetic_state.hpp"
 #include "verify/fingerprint.hpp"
 
 using namespace lockstep;
@@ -54,11 +55,7 @@ double cpu_clock(clockid_t id) {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-struct TensorSpec {
-  std::string name;
-  Shape shape;
-  int tp_dim;  // -1: replicated
-};
+using TensorSpec = testing::SyntheticSpec;
 
 // GPT-like: vocab 32768, d 768, `layers` blocks (qkv, proj, fc1, fc2 + biases + 2 layer norms).
 std::vector<TensorSpec> gpt_specs(int layers) {
@@ -87,45 +84,11 @@ std::vector<TensorSpec> gpt_specs(int layers) {
   return all;
 }
 
-struct State {
-  std::vector<std::vector<float>> store;
-  std::vector<StatePiece> pieces;
-  std::int64_t local_bytes = 0;
-};
+using State = testing::SyntheticState;
 
 State make_state(const Communicator& world, const std::vector<TensorSpec>& specs, int tp,
                  bool zero) {
-  State st;
-  const int tp_rank = world.rank() % tp, dp_rank = world.rank() / tp, dp = world.size() / tp;
-  st.store.reserve(specs.size());
-  for (const TensorSpec& s : specs) {
-    StatePiece p;
-    p.name = s.name;
-    p.global_shape = s.shape;
-    p.box_offset = Shape(s.shape.size(), 0);
-    p.box_shape = s.shape;
-    if (s.tp_dim >= 0 && tp > 1) {
-      const auto dd = static_cast<std::size_t>(s.tp_dim);
-      p.box_shape[dd] = s.shape[dd] / tp;
-      p.box_offset[dd] = p.box_shape[dd] * tp_rank;
-    }
-    const std::int64_t n = shape_numel(p.box_shape);
-    const bool tp_owner = s.tp_dim >= 0 || tp_rank == 0;
-    if (zero) {
-      const std::int64_t seg = (n + dp - 1) / dp;
-      p.flat_begin = std::min(n, seg * dp_rank);
-      p.flat_end = std::min(n, seg * (dp_rank + 1));
-      p.owner = tp_owner;
-    } else {
-      p.flat_end = n;
-      p.owner = tp_owner && dp_rank == 0;
-    }
-    st.store.emplace_back(static_cast<std::size_t>(p.size()));
-    p.data = st.store.back().data();
-    st.local_bytes += p.size() * 4;
-    st.pieces.push_back(p);
-  }
-  return st;
+  return testing::make_synthetic_state(world.rank(), world.size(), specs, tp, zero, 0.0f);
 }
 
 void fill(State& st) {
@@ -300,67 +263,68 @@ int main(int argc, char** argv) {
     }
     out["page_cache"] = cache_method;
     if (!skip_async) {
-    // Async save, `rounds` times: steps alone, then every step that overlaps an
-    // AsyncSaver's write (until its writer thread is done); steps alone once more at the
-    // end. Alone and overlapped steps alternate in time, so load from elsewhere on the
-    // machine hits both alike. Round 1's start() allocates the image (page faults); later
-    // rounds reuse it, as every later save of a run does.
-    const int steps = 8, rounds = 3;
-    std::vector<double> alone, overlapped, starts, writes, finishes, writer_cpu;
-    volatile double sink = 0;
-    auto step = [&](std::vector<double>& into) {
-      const double t0 = now();
-      sink = sink + step_work(step_iters);
-      into.push_back(now() - t0);
-    };
-    ckpt::AsyncSaver saver;
-    for (int r = 0; r < rounds; ++r) {
+      // Async save, `rounds` times: steps alone, then every step that overlaps an
+      // AsyncSaver's write (until its writer thread is done); steps alone once more at the
+      // end. Alone and overlapped steps alternate in time, so load from elsewhere on the
+      // machine hits both alike. Round 1's start() allocates the image (page faults); later
+      // rounds reuse it, as every later save of a run does.
+      const int steps = 8, rounds = 3;
+      std::vector<double> alone, overlapped, starts, writes, finishes, writer_cpu;
+      volatile double sink = 0;
+      auto step = [&](std::vector<double>& into) {
+        const double t0 = now();
+        sink = sink + step_work(step_iters);
+        into.push_back(now() - t0);
+      };
+      ckpt::AsyncSaver saver;
+      for (int r = 0; r < rounds; ++r) {
+        for (int s = 0; s < steps; ++s) step(alone);
+        const double t0 = now();
+        ckpt::SaveOptions async_opt{root, 2 + r, 1, -1, !buffered};
+        saver.start(world, async_opt, src.pieces, fps, {});
+        starts.push_back(now() - t0);
+        const double p0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+        const double m0 = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+        while (!saver.written() && overlapped.size() < 2000) step(overlapped);
+        writes.push_back(now() - t0);
+        writer_cpu.push_back((cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) -
+                             (cpu_clock(CLOCK_THREAD_CPUTIME_ID) - m0));
+        const double t1 = now();
+        saver.finish(world);
+        finishes.push_back(now() - t1);
+      }
       for (int s = 0; s < steps; ++s) step(alone);
-      const double t0 = now();
-      ckpt::SaveOptions async_opt{root, 2 + r, 1, -1, !buffered};
-      saver.start(world, async_opt, src.pieces, fps, {});
-      starts.push_back(now() - t0);
-      const double p0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
-      const double m0 = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
-      while (!saver.written() && overlapped.size() < 2000) step(overlapped);
-      writes.push_back(now() - t0);
-      writer_cpu.push_back((cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) -
-                           (cpu_clock(CLOCK_THREAD_CPUTIME_ID) - m0));
-      const double t1 = now();
-      saver.finish(world);
-      finishes.push_back(now() - t1);
-    }
-    for (int s = 0; s < steps; ++s) step(alone);
-    auto mean = [](const std::vector<double>& v) {
-      double s = 0;
-      for (double x : v) s += x;
-      return v.empty() ? 0.0 : s / static_cast<double>(v.size());
-    };
-    auto median = [](std::vector<double> v) {
-      if (v.empty()) return 0.0;
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    double wcpu = 0;
-    for (double x : writer_cpu) wcpu += x;
-    out["async"] = {{"step_alone_s", mean(alone)},
-                    {"step_overlapped_s", mean(overlapped)},
-                    {"overhead_on_overlapped_steps",
-                     overlapped.empty() ? 0.0 : mean(overlapped) / mean(alone) - 1},
-                    {"step_alone_median_s", median(alone)},
-                    {"step_overlapped_median_s", median(overlapped)},
-                    {"overhead_median",
-                     overlapped.empty() ? 0.0 : median(overlapped) / median(alone) - 1},
-                    {"rounds", rounds},
-                    {"start_snapshot_s", starts.front()},
-                    {"start_snapshot_reused_s", median(std::vector<double>(starts.begin() + 1, starts.end()))},
-                    {"start_s_per_round", starts},
-                    {"write_s_per_round", writes},
-                    {"writer_cpu_s", wcpu},
-                    {"writer_cpu_s_per_round", writer_cpu},
-                    {"finish_wait_s", mean(finishes)},
-                    {"steps_alone", alone.size()},
-                    {"steps_overlapped", overlapped.size()}};
+      auto mean = [](const std::vector<double>& v) {
+        double s = 0;
+        for (double x : v) s += x;
+        return v.empty() ? 0.0 : s / static_cast<double>(v.size());
+      };
+      auto median = [](std::vector<double> v) {
+        if (v.empty()) return 0.0;
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      double wcpu = 0;
+      for (double x : writer_cpu) wcpu += x;
+      out["async"] = {
+          {"step_alone_s", mean(alone)},
+          {"step_overlapped_s", mean(overlapped)},
+          {"overhead_on_overlapped_steps",
+           overlapped.empty() ? 0.0 : mean(overlapped) / mean(alone) - 1},
+          {"step_alone_median_s", median(alone)},
+          {"step_overlapped_median_s", median(overlapped)},
+          {"overhead_median", overlapped.empty() ? 0.0 : median(overlapped) / median(alone) - 1},
+          {"rounds", rounds},
+          {"start_snapshot_s", starts.front()},
+          {"start_snapshot_reused_s",
+           median(std::vector<double>(starts.begin() + 1, starts.end()))},
+          {"start_s_per_round", starts},
+          {"write_s_per_round", writes},
+          {"writer_cpu_s", wcpu},
+          {"writer_cpu_s_per_round", writer_cpu},
+          {"finish_wait_s", mean(finishes)},
+          {"steps_alone", alone.size()},
+          {"steps_overlapped", overlapped.size()}};
     }
     if (world.rank() == 0) {
       const double dw = out["dd_write_Bps"], dr = out["dd_read_direct_Bps"];

@@ -22,6 +22,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
+#include "tests/support/synthetic_state.hpp"
 #include "verify/fingerprint.hpp"
 
 using namespace lockstep;
@@ -29,11 +30,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct Spec {
-  std::string name;
-  Shape shape;
-  int tp_dim;  // -1: replicated over TP (one owner)
-};
+using Spec = testing::SyntheticSpec;
 
 const std::vector<Spec> kSpecs = {
     {"param/w", {8, 12}, 0},  {"param/v", {12, 8}, 1},  {"param/b", {13}, -1},
@@ -73,44 +70,12 @@ std::uint32_t bits(float f) {
 }
 
 // This rank's pieces of every spec under layout L (storage in `store`).
-struct State {
-  std::vector<std::vector<float>> store;
-  std::vector<StatePiece> pieces;
-};
+using State = testing::SyntheticState;
 
+// Every element starts as NaN, so a load that misses an element is seen.
 State make_state(const Communicator& world, const Layout& L) {
-  State st;
-  const int tp_rank = world.rank() % L.tp, dp_rank = world.rank() / L.tp;
-  const int dp = world.size() / L.tp;
-  st.store.reserve(kSpecs.size());
-  for (const Spec& s : kSpecs) {
-    StatePiece p;
-    p.name = s.name;
-    p.global_shape = s.shape;
-    p.box_offset = Shape(s.shape.size(), 0);
-    p.box_shape = s.shape;
-    if (s.tp_dim >= 0) {
-      const auto d = static_cast<std::size_t>(s.tp_dim);
-      p.box_shape[d] = s.shape[d] / L.tp;
-      p.box_offset[d] = p.box_shape[d] * tp_rank;
-    }
-    const std::int64_t n = shape_numel(p.box_shape);
-    const bool tp_owner = s.tp_dim >= 0 || tp_rank == 0;
-    if (L.zero) {
-      const std::int64_t seg = (n + dp - 1) / dp;  // padded segments: the last one is short
-      p.flat_begin = std::min(n, seg * dp_rank);
-      p.flat_end = std::min(n, seg * (dp_rank + 1));
-      p.owner = tp_owner;
-    } else {
-      p.flat_begin = 0;
-      p.flat_end = n;
-      p.owner = tp_owner && dp_rank == 0;
-    }
-    st.store.emplace_back(static_cast<std::size_t>(p.size()), std::nanf(""));
-    p.data = st.store.back().data();
-    st.pieces.push_back(p);
-  }
-  return st;
+  return testing::make_synthetic_state(world.rank(), world.size(), kSpecs, L.tp, L.zero,
+                                       std::nanf(""));
 }
 
 void fill(State& st, std::uint64_t salt) {
