@@ -183,6 +183,10 @@ struct LayerIdx {
 struct LayerActs {
   Buf xhat1, rstd1, a1, q, k, v, probs, probs_d, o, xhat2, rstd2, a2, u, g;
   Mask keep_attn, keep_proj, keep_fc2;
+  // The training forward (op trace off) overwrites u with gelu'(u) in the GELU pass (both come
+  // from one evaluation, math::gelu_tanh_and_grad), so the backward multiplies instead of
+  // re-evaluating; u itself is read by nothing else.
+  bool u_holds_grad = false;
 };
 
 // ---- causal attention GEMMs ---------------------------------------------------------------
@@ -544,14 +548,28 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
 
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const int B = ctx.reduce_block;
+  // The residual add h += y of a branch is done by the LayerNorm that reads h next, in the same
+  // pass (residual_layernorm_forward, same bits); pending_res: the op id of that residual add
+  // (recorded right after it, before the LayerNorm), or -1 when none is pending.
+  int pending_res = -1;
+  auto ln_forward = [&](const float* w, const float* b, Buf& xhat, Buf& rstd, Buf& out) {
+    ensure(xhat, T * d);
+    ensure(rstd, T);
+    ensure(out, T * d);
+    if (pending_res >= 0) {
+      residual_layernorm_forward(ctx, m.h.data(), m.y.data(), T, d, w, b, cfg_.ln_eps, xhat.data(),
+                                 rstd.data(), out.data());
+      if (m.rec) m.record(pending_res, {cs(m.rec_a), cs(m.y)}, cs(m.h));
+      pending_res = -1;
+    } else {
+      layernorm_forward(ctx, m.h.data(), T, d, w, b, cfg_.ln_eps, xhat.data(), rstd.data(),
+                        out.data());
+    }
+  };
   for (std::int64_t l = 0; l < cfg_.layers; ++l) {
     const LayerIdx& I = m.li[l];
     LayerActs& A = m.acts[l];
-    ensure(A.xhat1, T * d);
-    ensure(A.rstd1, T);
-    ensure(A.a1, T * d);
-    layernorm_forward(ctx, m.h.data(), T, d, P(I.ln1w), P(I.ln1b), cfg_.ln_eps, A.xhat1.data(),
-                      A.rstd1.data(), A.a1.data());
+    ln_forward(P(I.ln1w), P(I.ln1b), A.xhat1, A.rstd1, A.a1);
     if (m.rec) m.record(Impl::id(l, kLn1Fwd), {cs(m.h), pp(I.ln1w), pp(I.ln1b)}, cs(A.a1));
     ensure(A.q, T * dl);
     ensure(A.k, T * dl);
@@ -622,6 +640,8 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     }
     // ---- proj (row-parallel) + dropout + residual ----
     // h += dropout(y) at `site`, its keep mask stored for backward.
+    // h += dropout(y) at `site`, its keep mask stored for backward: the mask is applied here,
+    // the add is left to the next LayerNorm (pending_res).
     auto dropout_residual = [&](int site, Mask& keep, int rec_id) {
       if (m.rec) m.save(m.rec_a, m.h.data(), T * d);
       if (m.dropout_on) {
@@ -630,9 +650,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
                             keep.data());
         dropout_apply(ctx, m.y.data(), keep.data(), rs, T * d, m.y.data());
       }
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-      for (std::int64_t e = 0; e < T * d; ++e) m.h[e] = m.h[e] + m.y[e];
-      if (m.rec) m.record(rec_id, {cs(m.rec_a), cs(m.y)}, cs(m.h));
+      pending_res = rec_id;
     };
     row_linear_forward(tp_, A.o.data(), T, dl, P(I.proj), d, P(I.projb), m.y.data(),
                        m.pt(Impl::id(l, kProjFwd)));
@@ -640,11 +658,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     dropout_residual(kDropProj, A.keep_proj, Impl::id(l, kAttnResFwd));
 
     // ---- MLP ----
-    ensure(A.xhat2, T * d);
-    ensure(A.rstd2, T);
-    ensure(A.a2, T * d);
-    layernorm_forward(ctx, m.h.data(), T, d, P(I.ln2w), P(I.ln2b), cfg_.ln_eps, A.xhat2.data(),
-                      A.rstd2.data(), A.a2.data());
+    ln_forward(P(I.ln2w), P(I.ln2b), A.xhat2, A.rstd2, A.a2);
     if (m.rec) m.record(Impl::id(l, kLn2Fwd), {cs(m.h), pp(I.ln2w), pp(I.ln2b)}, cs(A.a2));
     ensure(A.u, T * fl);
     ensure(A.g, T * fl);
@@ -654,10 +668,15 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     {
       const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
       const KernelCtx ctx1 = tp_.kernel1();
+      const bool pair = train && !m.rec;
+      A.u_holds_grad = pair;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
       for (std::int64_t c = 0; c < nch; ++c) {
         const std::int64_t lo = c * chunk, len = std::min(chunk, n - lo);
-        math::gelu_tanh(ctx1, A.u.data() + lo, A.g.data() + lo, len);
+        if (pair)
+          math::gelu_tanh_and_grad(ctx1, A.u.data() + lo, A.g.data() + lo, A.u.data() + lo, len);
+        else
+          math::gelu_tanh(ctx1, A.u.data() + lo, A.g.data() + lo, len);
       }
     }
     if (m.rec) m.record(Impl::id(l, kGeluFwd), {cs(A.u)}, cs(A.g));
@@ -668,11 +687,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
   }
 
   // ---- final LN, tied LM head, vocab-parallel cross-entropy ----
-  ensure(m.xhatf, T * d);
-  ensure(m.rstdf, T);
-  ensure(m.hf, T * d);
-  layernorm_forward(ctx, m.h.data(), T, d, P(m.lnfw), P(m.lnfb), cfg_.ln_eps, m.xhatf.data(),
-                    m.rstdf.data(), m.hf.data());
+  ln_forward(P(m.lnfw), P(m.lnfb), m.xhatf, m.rstdf, m.hf);
   if (m.rec) m.record(kFinalLnFwd, {cs(m.h), pp(m.lnfw), pp(m.lnfb)}, cs(m.hf));
   ensure(m.logits, T * vl);
   tp_.gemm(m.pt(kHeadFwd), Trans::N, Trans::T, T, vl, d, m.hf.data(), d, P(m.embed), d,
@@ -775,7 +790,17 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       m.record(Impl::id(l, kFc2Dgrad), {cs(dy, T * d), pp(I.fc2)}, cs(m.dbig));
       m.save(m.rec_a, m.dbig.data(), T * fl);
     }
-    {
+    if (A.u_holds_grad) {
+      // du = dg * gelu'(u), gelu'(u) stored in u by the forward.
+      if (m.rec)
+        fail("Gpt::backward: the op trace started between forward and backward",
+             "start recording before forward_backward");
+      const std::int64_t n = T * fl;
+      const float* gp = A.u.data();
+      float* dg = m.dbig.data();
+#pragma omp parallel for num_threads(nth) schedule(static)
+      for (std::int64_t e = 0; e < n; ++e) dg[e] = dg[e] * gp[e];
+    } else {
       // du = dg * gelu'(u), gelu' staged in g's slot of the scratch row by row.
       const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
       const KernelCtx ctx1 = tp_.kernel1();

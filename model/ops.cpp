@@ -34,14 +34,22 @@ void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64
   for (; r0 < rows; ++r0) out[r0] = csum(X + r0 * ld, n, block);
 }
 
-void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std::int64_t n,
-                       const float* w, const float* b, float eps, float* xhat, float* rstd,
-                       float* y) {
+namespace {
+// LayerNorm forward of rows [0, T); with res != nullptr each row group first does the residual
+// add x = x + res (in place, element by element), so one pass serves both.
+void layernorm_forward_impl(const KernelCtx& ctx, float* xw, const float* x, const float* res,
+                            std::int64_t T, std::int64_t n, const float* w, const float* b,
+                            float eps, float* xhat, float* rstd, float* y) {
   const std::int64_t groups = (T + kR - 1) / kR;
   const int B = ctx.reduce_block;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t gi = 0; gi < groups; ++gi) {
     const std::int64_t t0 = gi * kR, rows = std::min<std::int64_t>(kR, T - t0);
+    if (res) {
+      float* hw = xw + t0 * n;
+      const float* rr = res + t0 * n;
+      for (std::int64_t e = 0; e < rows * n; ++e) hw[e] = hw[e] + rr[e];
+    }
     float mean[kR], var[kR];
     csum_each_row(x + t0 * n, rows, n, n, B, mean);
     for (std::int64_t r = 0; r < rows; ++r) {
@@ -66,34 +74,110 @@ void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std
     }
   }
 }
+}  // namespace
+
+void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std::int64_t n,
+                       const float* w, const float* b, float eps, float* xhat, float* rstd,
+                       float* y) {
+  layernorm_forward_impl(ctx, nullptr, x, nullptr, T, n, w, b, eps, xhat, rstd, y);
+}
+
+void residual_layernorm_forward(const KernelCtx& ctx, float* h, const float* res, std::int64_t T,
+                                std::int64_t n, const float* w, const float* b, float eps,
+                                float* xhat, float* rstd, float* y) {
+  layernorm_forward_impl(ctx, h, h, res, T, n, w, b, eps, xhat, rstd, y);
+}
+
+namespace {
+constexpr std::int64_t kColChunk = 64;  // columns of one parameter-gradient work unit
+
+// dw[j] = csum over rows t of (dy[t,j] * xhat[t,j]) and db[j] = csum over t of dy[t,j] for the
+// columns [j0, j0 + w): the bits of csum_rows (runtime/csum.cpp) on the staged product and on
+// dy: per column a chain from -0.0 over each block of B rows, blocks merged by the same binary
+// counter (left + right), the remaining levels folded from the top down. The product is rounded
+// before the add exactly as the staged buffer was (-ffp-contract=off: no FMA).
+void ln_param_grad_cols(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
+                        std::int64_t j0, std::int64_t w, int B, float* dw, float* db) {
+  float lw[64][kColChunk], lb[64][kColChunk];
+  std::int64_t weight[64];
+  float leaf_w[kColChunk], leaf_b[kColChunk];
+  int depth = 0;
+  for (std::int64_t lo = 0; lo < T; lo += B) {
+    const std::int64_t hi = std::min<std::int64_t>(T, lo + B);
+    for (std::int64_t j = 0; j < w; ++j) leaf_w[j] = leaf_b[j] = kAdditiveIdentity;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const float* dr = dy + i * n + j0;
+      const float* xr = xhat + i * n + j0;
+      for (std::int64_t j = 0; j < w; ++j) {
+        const float prod = dr[j] * xr[j];
+        leaf_w[j] += prod;
+        leaf_b[j] += dr[j];
+      }
+    }
+    std::int64_t wt = 1;
+    while (depth > 0 && weight[depth - 1] == wt) {
+      --depth;
+      for (std::int64_t j = 0; j < w; ++j) {
+        leaf_w[j] = lw[depth][j] + leaf_w[j];
+        leaf_b[j] = lb[depth][j] + leaf_b[j];
+      }
+      wt *= 2;
+    }
+    std::copy(leaf_w, leaf_w + w, lw[depth]);
+    std::copy(leaf_b, leaf_b + w, lb[depth]);
+    weight[depth++] = wt;
+  }
+  float* ow = dw + j0;
+  float* ob = db + j0;
+  if (depth == 0) {
+    std::fill(ow, ow + w, kAdditiveIdentity);
+    std::fill(ob, ob + w, kAdditiveIdentity);
+    return;
+  }
+  std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
+  std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
+  for (int l = depth - 2; l >= 0; --l)
+    for (std::int64_t j = 0; j < w; ++j) {
+      ow[j] = lw[l][j] + ow[j];
+      ob[j] = lb[l][j] + ob[j];
+    }
+}
+}  // namespace
 
 void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,
                         const float* w, std::int64_t T, std::int64_t n, float* dx_out,
                         bool accumulate, float* dw, float* db, float* scratch) {
-  // Parameter grads first (they read dy and xhat only).
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-  for (std::int64_t t = 0; t < T; ++t)
-    for (std::int64_t k = 0; k < n; ++k) scratch[t * n + k] = dy[t * n + k] * xhat[t * n + k];
-  csum_rows(ctx, scratch, T, n, n, dw);
-  csum_rows(ctx, dy, T, n, n, db);
+  if (!(ctx.threads >= 1 && ctx.reduce_block >= 1)) validate(ctx);  // messages only on failure
   const std::int64_t groups = (T + kR - 1) / kR;
+  const std::int64_t col_chunks = (n + kColChunk - 1) / kColChunk;
   const int B = ctx.reduce_block;
   const float fn = static_cast<float>(n);
+  // One parallel region: the parameter gradients (column chunks; they read dy and xhat only)
+  // and the input gradient (row groups; writes scratch and dx_out, which alias neither dy
+  // nor xhat) are independent, so the first loop ends without a barrier.
 #pragma omp parallel num_threads(ctx.threads)
   {
-    std::vector<float> gx(static_cast<std::size_t>(kR * n));
+#pragma omp for schedule(static) nowait
+    for (std::int64_t c = 0; c < col_chunks; ++c) {
+      const std::int64_t j0 = c * kColChunk;
+      ln_param_grad_cols(dy, xhat, T, n, j0, std::min(kColChunk, n - j0), B, dw, db);
+    }
+    static thread_local std::vector<float> gx_buf;
+    if (gx_buf.size() < static_cast<std::size_t>(kR * n))
+      gx_buf.resize(static_cast<std::size_t>(kR * n));
+    float* gx = gx_buf.data();
 #pragma omp for schedule(static)
     for (std::int64_t gi = 0; gi < groups; ++gi) {
       const std::int64_t t0 = gi * kR, rows = std::min<std::int64_t>(kR, T - t0);
       float s1[kR], s2[kR];
-      float* g = scratch + t0 * n;  // g = dy * w, reusing this group's rows of scratch
+      float* g = scratch + t0 * n;  // g = dy * w in this group's rows of scratch
       for (std::int64_t r = 0; r < rows; ++r)
         for (std::int64_t k = 0; k < n; ++k) {
           g[r * n + k] = dy[(t0 + r) * n + k] * w[k];
           gx[r * n + k] = g[r * n + k] * xhat[(t0 + r) * n + k];
         }
       csum_each_row(g, rows, n, n, B, s1);
-      csum_each_row(gx.data(), rows, n, n, B, s2);
+      csum_each_row(gx, rows, n, n, B, s2);
       for (std::int64_t r = 0; r < rows; ++r) {
         const float c1 = s1[r] / fn, c2 = s2[r] / fn, rs = rstd[t0 + r];
         const float* xh = xhat + (t0 + r) * n;

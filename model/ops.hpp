@@ -24,9 +24,17 @@ void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64
 void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std::int64_t n,
                        const float* w, const float* b, float eps, float* xhat, float* rstd,
                        float* y);
+// h = h + res (element by element, the residual stream), then layernorm_forward(h): the bits of
+// the two passes done one after the other, in one pass over each row group. res must not
+// alias h, xhat or y.
+void residual_layernorm_forward(const KernelCtx& ctx, float* h, const float* res, std::int64_t T,
+                                std::int64_t n, const float* w, const float* b, float eps,
+                                float* xhat, float* rstd, float* y);
 // Backward, per row: g = dy * w; c1 = csum(g)/n; c2 = csum(g*xhat)/n;
 //   dx = (g - (xhat*c2 + c1)) * rstd.   Parameter grads (over tokens, overwritten):
-//   dw = csum_rows(dy * xhat), db = csum_rows(dy). `scratch` holds T*n floats.
+//   dw = csum_rows(dy * xhat), db = csum_rows(dy) (the bits of runtime/csum.hpp's csum_rows,
+//   computed in the same parallel region as dx, column chunks split over threads). `scratch`
+//   holds T*n floats (g). dy must not alias dx_out or scratch.
 // If accumulate, dx_out = dx_out + dx (the residual stream), else dx_out = dx.
 void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,
                         const float* w, std::int64_t T, std::int64_t n, float* dx_out,

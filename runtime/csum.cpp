@@ -16,9 +16,11 @@ bool is_pow2(std::int64_t w) {
   return w > 0 && (w & (w - 1)) == 0;
 }
 
+// The hot entry points build their error messages only when a check fails.
 void check_block(int block) {
-  check(block >= 1, "reduce_block " + std::to_string(block) + " must be >= 1",
-        "set numerics.reduce_block to a positive number (default 64)");
+  if (block < 1)
+    fail("reduce_block " + std::to_string(block) + " must be >= 1",
+         "set numerics.reduce_block to a positive number (default 64)");
 }
 
 }  // namespace
@@ -34,12 +36,12 @@ void BinaryCounter::clear() {
 }
 
 void BinaryCounter::push_subtree(const float* subtree, std::int64_t weight) {
-  check(is_pow2(weight),
-        "BinaryCounter: subtree weight " + std::to_string(weight) + " is not a power of two");
-  check(count_ % weight == 0,
-        "BinaryCounter: subtree of weight " + std::to_string(weight) + " pushed after " +
-            std::to_string(count_) + " leaves is not aligned",
-        "merge equal power-of-two pieces in order (e.g. equal microbatches)");
+  if (!is_pow2(weight))
+    fail("BinaryCounter: subtree weight " + std::to_string(weight) + " is not a power of two");
+  if (count_ % weight != 0)
+    fail("BinaryCounter: subtree of weight " + std::to_string(weight) + " pushed after " +
+             std::to_string(count_) + " leaves is not aligned",
+         "merge equal power-of-two pieces in order (e.g. equal microbatches)");
   // Level buffers are recycled (spare_), so a training step allocates nothing here.
   Level lv{weight, {}};
   if (!spare_.empty()) {
@@ -96,8 +98,8 @@ float cdot(const float* a, const float* b, std::int64_t n, int block, std::int64
 void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
                std::int64_t ld, float* out) {
   validate(ctx);
-  check(ld >= cols,
-        "csum_rows: leading dimension " + std::to_string(ld) + " < cols " + std::to_string(cols));
+  if (ld < cols)
+    fail("csum_rows: leading dimension " + std::to_string(ld) + " < cols " + std::to_string(cols));
   // Columns are independent sums, so vectorizing over j keeps each column's chain and tree
   // exactly as written (no reassociation: -ffp-contract=off and no -ffast-math).
   constexpr std::int64_t kChunk = 256;

@@ -53,14 +53,18 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
+// Called by every kernel entry point (thousands of times a step): the messages are built
+// only when a check fails.
 void validate(const KernelCtx& ctx) {
-  check(isa_supported(ctx.isa),
-        std::string("ISA path ") + isa_name(ctx.isa) + " is not supported by this CPU",
-        "choose --isa auto or one of the paths this CPU supports");
-  check(ctx.threads >= 1, "thread count " + std::to_string(ctx.threads) + " must be >= 1",
-        "set run.threads to a positive number");
-  check(ctx.reduce_block >= 1, "reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
-        "set numerics.reduce_block to a positive number (default 64)");
+  if (!isa_supported(ctx.isa))
+    fail(std::string("ISA path ") + isa_name(ctx.isa) + " is not supported by this CPU",
+         "choose --isa auto or one of the paths this CPU supports");
+  if (ctx.threads < 1)
+    fail("thread count " + std::to_string(ctx.threads) + " must be >= 1",
+         "set run.threads to a positive number");
+  if (ctx.reduce_block < 1)
+    fail("reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
+         "set numerics.reduce_block to a positive number (default 64)");
 }
 
 }  // namespace lockstep

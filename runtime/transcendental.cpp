@@ -94,17 +94,26 @@ namespace lockstep::math {
 namespace detail {
 namespace {
 
+// The argument checks of the array API. Every message is built only on failure: these kernels
+// run per softmax / cross-entropy row (~10^5 calls per training step), and building the
+// strings eagerly cost several heap allocations per call.
+void check_args(const KernelCtx& ctx, const float* x, const float* y, int64_t n, const char* name) {
+  if (!(ctx.threads >= 1 && ctx.reduce_block >= 1 && isa_supported(ctx.isa)))
+    validate(ctx);  // throws with the message naming what is wrong
+  if (n < 0)
+    fail(std::string("math::") + name + ": negative length " + std::to_string(n),
+         "pass the element count of the arrays");
+  if (n > 0 && (x == nullptr || y == nullptr))
+    fail(std::string("math::") + name + ": null array", "pass valid input and output pointers");
+}
+
 void run_scalar(Fn fn, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = apply_(fn, SF(x[i])).v;
 }
 
 void run(const KernelCtx& ctx, Fn fn, const float* x, float* y, int64_t n, const char* name) {
-  validate(ctx);
-  check(n >= 0, std::string("math::") + name + ": negative length " + std::to_string(n),
-        "pass the element count of the arrays");
+  check_args(ctx, x, y, n, name);
   if (n == 0) return;
-  check(x != nullptr && y != nullptr, std::string("math::") + name + ": null array",
-        "pass valid input and output pointers");
   auto body = [&](int64_t b, int64_t e) {
     switch (ctx.isa) {
       case Isa::scalar:
@@ -115,6 +124,40 @@ void run(const KernelCtx& ctx, Fn fn, const float* x, float* y, int64_t n, const
         break;
       case Isa::avx512:
         run_avx512(fn, x + b, y + b, e - b);
+        break;
+    }
+  };
+  constexpr int64_t kChunk = 16384;  // elementwise: chunking and threads never change bits
+  int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (ctx.threads <= 1 || chunks <= 1) {
+    body(0, n);
+    return;
+  }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
+void run_gelu_pair(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n) {
+  check_args(ctx, x, y, n, "gelu_tanh_and_grad");
+  if (n == 0) return;
+  if (g == nullptr) fail("math::gelu_tanh_and_grad: null array", "pass valid output pointers");
+  if (y == x || y == g)
+    fail("math::gelu_tanh_and_grad: y aliases x or g", "only g may be computed in place over x");
+  auto body = [&](int64_t b, int64_t e) {
+    switch (ctx.isa) {
+      case Isa::scalar:
+        for (int64_t i = b; i < e; ++i) {
+          SF a, d;
+          gelu_pair_k(SF(x[i]), a, d);
+          y[i] = a.v;
+          g[i] = d.v;
+        }
+        break;
+      case Isa::avx2:
+        run_gelu_pair_avx2(x + b, y + b, g + b, e - b);
+        break;
+      case Isa::avx512:
+        run_gelu_pair_avx512(x + b, y + b, g + b, e - b);
         break;
     }
   };
@@ -169,5 +212,9 @@ LOCKSTEP_MATH_ARRAY(cospi)
 LOCKSTEP_MATH_ARRAY(gelu_tanh)
 LOCKSTEP_MATH_ARRAY(gelu_tanh_grad)
 #undef LOCKSTEP_MATH_ARRAY
+
+void gelu_tanh_and_grad(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n) {
+  detail::run_gelu_pair(ctx, x, y, g, n);
+}
 
 }  // namespace lockstep::math

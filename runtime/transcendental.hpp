@@ -44,5 +44,9 @@ void sinpi(const KernelCtx& ctx, const float* x, float* y, int64_t n);
 void cospi(const KernelCtx& ctx, const float* x, float* y, int64_t n);
 void gelu_tanh(const KernelCtx& ctx, const float* x, float* y, int64_t n);
 void gelu_tanh_grad(const KernelCtx& ctx, const float* x, float* y, int64_t n);
+// y[i] = gelu_tanh(x[i]) and g[i] = gelu_tanh_grad(x[i]) in one pass (the shared part is
+// evaluated once): the same bits as the two calls above. g == x (in place) is allowed; y must
+// not alias x or g.
+void gelu_tanh_and_grad(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n);
 
 }  // namespace lockstep::math

@@ -99,4 +99,8 @@ void run_avx2(Fn fn, const float* x, float* y, int64_t n) {
   run_lanes_<F8, 8>(fn, x, y, n);
 }
 
+void run_gelu_pair_avx2(const float* x, float* y, float* g, int64_t n) {
+  run_gelu_pair_lanes_<F8, 8>(x, y, g, n);
+}
+
 }  // namespace lockstep::math::detail

@@ -104,4 +104,8 @@ void run_avx512(Fn fn, const float* x, float* y, int64_t n) {
   run_lanes_<F16, 16>(fn, x, y, n);
 }
 
+void run_gelu_pair_avx512(const float* x, float* y, float* g, int64_t n) {
+  run_gelu_pair_lanes_<F16, 16>(x, y, g, n);
+}
+
 }  // namespace lockstep::math::detail

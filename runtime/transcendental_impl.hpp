@@ -27,6 +27,9 @@ enum class Fn { exp, log, tanh, erf, sinpi, cospi, gelu_tanh, gelu_tanh_grad };
 // after isa_supported() said yes.
 void run_avx2(Fn fn, const float* x, float* y, int64_t n);
 void run_avx512(Fn fn, const float* x, float* y, int64_t n);
+// gelu_tanh and gelu_tanh_grad of x[0..n) in one pass (math::gelu_tanh_and_grad).
+void run_gelu_pair_avx2(const float* x, float* y, float* g, int64_t n);
+void run_gelu_pair_avx512(const float* x, float* y, float* g, int64_t n);
 
 namespace {
 
@@ -322,6 +325,29 @@ inline F gelu_tanh_grad_k(F x) {
   return sel(isnan_(x), x + x, g);
 }
 
+// Both of the above from one evaluation of gelu_parts_: each result is computed by exactly the
+// operations of gelu_tanh_k / gelu_tanh_grad_k on the same intermediate values, so the bits are
+// theirs (only the shared prefix is not repeated).
+template <class F>
+inline void gelu_pair_k(F x, F& y_out, F& g_out) {
+  F xc, z, em, s2, m, dh, dl;
+  gelu_parts_(x, xc, z, em, s2, m, dh, dl);
+  F nh = xc * em;
+  F nl = fma(xc, em, -nh);
+  F yp = sel(x > F(20.0f), x, div_dd_(xc, F(0.0f), dh, dl));
+  F yn = div_dd_(nh, nl, dh, dl) * s2;
+  F y = sel(x >= F(0.0f), yp, yn);
+  y_out = sel(isnan_(x), x + x, y);
+  auto pos = x >= F(0.0f);
+  F inv = div_dd_(F(1.0f), F(0.0f), dh, dl);
+  F emd = div_dd_(em, F(0.0f), dh, dl);
+  F oms = sel(pos, emd * s2, inv);
+  F wp = F(kGeluKHi) * fma(F(kGelu3C), z, F(1.0f));
+  F br = fma(xc * oms, wp, F(1.0f));
+  F g = sel(pos, inv * br, (emd * br) * s2);
+  g_out = sel(isnan_(x), x + x, g);
+}
+
 template <class F>
 inline F apply_(Fn fn, F x) {
   switch (fn) {
@@ -370,6 +396,31 @@ inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
     for (int l = 0; l < W; ++l) bx[l] = i + l < n ? x[i + l] : 0.0f;
     store(by, apply_(fn, load<F>(bx)));
     for (int l = 0; i + l < n; ++l) y[i + l] = by[l];
+  }
+}
+
+// gelu_pair_k over x[0..n): y = gelu, g = gelu'; g may alias x (each vector is loaded before
+// either store). The tail goes through one padded vector, as in run_lanes_.
+template <class F, int W>
+inline void run_gelu_pair_lanes_(const float* x, float* y, float* g, int64_t n) {
+  int64_t i = 0;
+  for (; i + W <= n; i += W) {
+    F a, b;
+    gelu_pair_k(load<F>(x + i), a, b);
+    store(y + i, a);
+    store(g + i, b);
+  }
+  if (i < n) {
+    float bx[W], by[W], bg[W];
+    for (int l = 0; l < W; ++l) bx[l] = i + l < n ? x[i + l] : 0.0f;
+    F a, b;
+    gelu_pair_k(load<F>(bx), a, b);
+    store(by, a);
+    store(bg, b);
+    for (int l = 0; i + l < n; ++l) {
+      y[i + l] = by[l];
+      g[i + l] = bg[l];
+    }
   }
 }
 

@@ -1,0 +1,167 @@
+// Bit identity of the fused kernels of the training step against the unfused definitions they
+// replace (notes/README-perf.md):
+//  - math::gelu_tanh_and_grad == math::gelu_tanh + math::gelu_tanh_grad, on every ISA path of
+//    this CPU, in place (g == x) or not, any length (vector tails), special values included;
+//  - layernorm_backward (one parallel region, dw/db by column chunks) == the staged definition
+//    (product buffer, csum_rows, row pass) for several T, n, blocks and thread counts;
+//  - residual_layernorm_forward == (h += res, then layernorm_forward).
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "model/ops.hpp"
+#include "runtime/csum.hpp"
+#include "runtime/random.hpp"
+#include "runtime/transcendental.hpp"
+
+using namespace lockstep;
+
+namespace {
+
+std::vector<Isa> isas() {
+  std::vector<Isa> out{Isa::scalar};
+  if (isa_supported(Isa::avx2)) out.push_back(Isa::avx2);
+  if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Deterministic pseudo-random floats in [-scale, scale) (Philox, so the test is reproducible).
+std::vector<float> randoms(std::int64_t n, std::uint64_t stream, float scale) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i)
+    v[static_cast<std::size_t>(i)] = (2.0f * uniform_at(42, stream, i) - 1.0f) * scale;
+  return v;
+}
+
+// The definition layernorm_backward had before it was fused (model/ops.hpp).
+void layernorm_backward_staged(const KernelCtx& ctx, const float* dy, const float* xhat,
+                               const float* rstd, const float* w, std::int64_t T, std::int64_t n,
+                               float* dx_out, bool accumulate, float* dw, float* db) {
+  std::vector<float> prod(static_cast<std::size_t>(T * n));
+  for (std::int64_t e = 0; e < T * n; ++e) prod[e] = dy[e] * xhat[e];
+  csum_rows(ctx, prod.data(), T, n, n, dw);
+  csum_rows(ctx, dy, T, n, n, db);
+  const float fn = static_cast<float>(n);
+  std::vector<float> g(static_cast<std::size_t>(n)), gx(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t k = 0; k < n; ++k) {
+      g[k] = dy[t * n + k] * w[k];
+      gx[k] = g[k] * xhat[t * n + k];
+    }
+    const float c1 = csum(g.data(), n, ctx.reduce_block) / fn;
+    const float c2 = csum(gx.data(), n, ctx.reduce_block) / fn;
+    const float rs = rstd[t];
+    float* o = dx_out + t * n;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const float v = (g[k] - (xhat[t * n + k] * c2 + c1)) * rs;
+      o[k] = accumulate ? o[k] + v : v;
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("gelu_tanh_and_grad == gelu_tanh and gelu_tanh_grad, every ISA path", "[model][fused]") {
+  std::vector<float> x = randoms(5000, 1, 8.0f);
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            20.0f,
+                            -20.0f,
+                            20.5f,
+                            -20.5f,
+                            1e-30f,
+                            -1e-30f,
+                            1e-45f,
+                            -0.75f,
+                            100.0f,
+                            -100.f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(),
+                            3.0f,
+                            -3.0f};
+  x.insert(x.begin(), std::begin(specials), std::end(specials));
+  for (Isa isa : isas()) {
+    for (int threads : {1, 2}) {
+      const KernelCtx ctx{isa, threads, 64};
+      for (std::int64_t n : {std::int64_t{1}, std::int64_t{7}, std::int64_t{16}, std::int64_t{33},
+                             static_cast<std::int64_t>(x.size())}) {
+        std::vector<float> in(x.begin(), x.begin() + n);
+        std::vector<float> y_ref(n), g_ref(n), y(n), g(n);
+        math::gelu_tanh(KernelCtx{Isa::scalar, 1, 64}, in.data(), y_ref.data(), n);
+        math::gelu_tanh_grad(KernelCtx{Isa::scalar, 1, 64}, in.data(), g_ref.data(), n);
+        math::gelu_tanh_and_grad(ctx, in.data(), y.data(), g.data(), n);
+        CHECK(same_bits(y, y_ref));
+        CHECK(same_bits(g, g_ref));
+        std::vector<float> inplace = in;  // g over x
+        math::gelu_tanh_and_grad(ctx, inplace.data(), y.data(), inplace.data(), n);
+        CHECK(same_bits(y, y_ref));
+        CHECK(same_bits(inplace, g_ref));
+      }
+    }
+  }
+}
+
+TEST_CASE("fused layernorm_backward == the staged definition bit for bit", "[model][fused]") {
+  const float eps = 1e-5f;
+  for (Isa isa : isas()) {
+    for (int threads : {1, 2, 3}) {
+      for (int block : {64, 7}) {
+        for (auto [T, n] : {std::pair<std::int64_t, std::int64_t>{1, 5},
+                            {13, 64},
+                            {64, 256},
+                            {100, 130},
+                            {1024, 256}}) {
+          const KernelCtx ctx{isa, threads, block};
+          const std::vector<float> x = randoms(T * n, 2, 3.0f), dy = randoms(T * n, 3, 0.5f);
+          const std::vector<float> w = randoms(n, 4, 1.5f), b = randoms(n, 5, 0.2f);
+          std::vector<float> xhat(T * n), rstd(T), y(T * n);
+          layernorm_forward(ctx, x.data(), T, n, w.data(), b.data(), eps, xhat.data(), rstd.data(),
+                            y.data());
+          for (bool acc : {false, true}) {
+            std::vector<float> dx_ref = randoms(T * n, 6, 1.0f), dx = dx_ref;
+            std::vector<float> dw_ref(n), db_ref(n), dw(n), db(n), scratch(T * n);
+            layernorm_backward_staged(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n,
+                                      dx_ref.data(), acc, dw_ref.data(), db_ref.data());
+            layernorm_backward(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n, dx.data(),
+                               acc, dw.data(), db.data(), scratch.data());
+            INFO("isa " << static_cast<int>(isa) << " threads " << threads << " block " << block
+                        << " T " << T << " n " << n << " accumulate " << acc);
+            CHECK(same_bits(dx, dx_ref));
+            CHECK(same_bits(dw, dw_ref));
+            CHECK(same_bits(db, db_ref));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("residual_layernorm_forward == residual add then layernorm_forward", "[model][fused]") {
+  for (int threads : {1, 2}) {
+    const KernelCtx ctx = KernelCtx::best(threads, 64);
+    for (auto [T, n] : {std::pair<std::int64_t, std::int64_t>{3, 32}, {77, 256}}) {
+      const std::vector<float> h0 = randoms(T * n, 7, 2.0f), r = randoms(T * n, 8, 2.0f);
+      const std::vector<float> w = randoms(n, 9, 1.0f), b = randoms(n, 10, 1.0f);
+      std::vector<float> h_ref = h0, xh_ref(T * n), rs_ref(T), y_ref(T * n);
+      for (std::int64_t e = 0; e < T * n; ++e) h_ref[e] = h_ref[e] + r[e];
+      layernorm_forward(ctx, h_ref.data(), T, n, w.data(), b.data(), 1e-5f, xh_ref.data(),
+                        rs_ref.data(), y_ref.data());
+      std::vector<float> h = h0, xh(T * n), rs(T), y(T * n);
+      residual_layernorm_forward(ctx, h.data(), r.data(), T, n, w.data(), b.data(), 1e-5f,
+                                 xh.data(), rs.data(), y.data());
+      CHECK(same_bits(h, h_ref));
+      CHECK(same_bits(xh, xh_ref));
+      CHECK(same_bits(rs, rs_ref));
+      CHECK(same_bits(y, y_ref));
+    }
+  }
+}
