@@ -3,43 +3,16 @@
 #include <xxhash.h>
 
 #include <cstdio>
-#include <new>
 
+#include "runtime/hash_xxh3_impl.hpp"
 #include "runtime/isa.hpp"
 
 namespace lockstep {
 
 namespace detail {
-namespace {
-
-std::uint64_t lib_hash(const void* data, std::size_t bytes) {
-  return XXH3_64bits(data, bytes);
-}
-void* lib_create() {
-  XXH3_state_t* s = XXH3_createState();
-  if (!s) throw std::bad_alloc();
-  if (XXH3_64bits_reset(s) != XXH_OK) {
-    XXH3_freeState(s);
-    throw std::bad_alloc();
-  }
-  return s;
-}
-void lib_destroy(void* state) {
-  XXH3_freeState(static_cast<XXH3_state_t*>(state));
-}
-void lib_update(void* state, const void* data, std::size_t bytes) {
-  // XXH3_64bits_update fails only for a null state or (null, nonzero) input: a caller bug.
-  XXH3_64bits_update(static_cast<XXH3_state_t*>(state), data, bytes);
-}
-std::uint64_t lib_digest(const void* state) {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state));
-}
-
-}  // namespace
 
 const Xxh3Impl& xxh3_libxxhash() {
-  static const Xxh3Impl impl{"libxxhash", lib_hash,   lib_create,
-                             lib_destroy, lib_update, lib_digest};
+  static const Xxh3Impl impl = make_xxh3_impl("libxxhash");
   return impl;
 }
 

@@ -107,6 +107,20 @@ void check_args(const KernelCtx& ctx, const float* x, const float* y, int64_t n,
     fail(std::string("math::") + name + ": null array", "pass valid input and output pointers");
 }
 
+// body(b, e) over [0, n) in chunks spread over ctx.threads (one call when one thread or one
+// chunk). Element-wise work: chunking and threads never change bits.
+template <class Body>
+void in_chunks(const KernelCtx& ctx, int64_t n, const Body& body) {
+  constexpr int64_t kChunk = 16384;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  if (ctx.threads <= 1 || chunks <= 1) {
+    body(0, n);
+    return;
+  }
+#pragma omp parallel for num_threads(ctx.threads) schedule(static)
+  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
+}
+
 void run_scalar(Fn fn, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = apply_(fn, SF(x[i])).v;
 }
@@ -127,14 +141,7 @@ void run(const KernelCtx& ctx, Fn fn, const float* x, float* y, int64_t n, const
         break;
     }
   };
-  constexpr int64_t kChunk = 16384;  // elementwise: chunking and threads never change bits
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (ctx.threads <= 1 || chunks <= 1) {
-    body(0, n);
-    return;
-  }
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
+  in_chunks(ctx, n, body);
 }
 
 void run_gelu_pair(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n) {
@@ -161,14 +168,7 @@ void run_gelu_pair(const KernelCtx& ctx, const float* x, float* y, float* g, int
         break;
     }
   };
-  constexpr int64_t kChunk = 16384;  // elementwise: chunking and threads never change bits
-  int64_t chunks = (n + kChunk - 1) / kChunk;
-  if (ctx.threads <= 1 || chunks <= 1) {
-    body(0, n);
-    return;
-  }
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-  for (int64_t c = 0; c < chunks; ++c) body(c * kChunk, std::min(n, (c + 1) * kChunk));
+  in_chunks(ctx, n, body);
 }
 
 }  // namespace
