@@ -639,7 +639,6 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       m.record(Impl::id(l, kPvFwd), {drop ? cs(A.probs_d) : cs(A.probs), cs(A.v)}, cs(A.o));
     }
     // ---- proj (row-parallel) + dropout + residual ----
-    // h += dropout(y) at `site`, its keep mask stored for backward.
     // h += dropout(y) at `site`, its keep mask stored for backward: the mask is applied here,
     // the add is left to the next LayerNorm (pending_res).
     auto dropout_residual = [&](int site, Mask& keep, int rec_id) {
