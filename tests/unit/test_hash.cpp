@@ -13,6 +13,7 @@
 
 #include "runtime/hash.hpp"
 #include "runtime/isa.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
 
@@ -21,14 +22,8 @@ namespace {
 // Pseudo-random bytes (splitmix64), so no length or offset sees a trivial pattern.
 std::vector<unsigned char> random_bytes(std::size_t n) {
   std::vector<unsigned char> out(n);
-  std::uint64_t x = 0x9e3779b97f4a7c15ull;
-  for (std::size_t i = 0; i < n; ++i) {
-    x += 0x9e3779b97f4a7c15ull;
-    std::uint64_t z = x;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    out[i] = static_cast<unsigned char>(z ^ (z >> 31));
-  }
+  std::uint64_t s = 0x9e3779b97f4a7c15ull;
+  for (auto& b : out) b = static_cast<unsigned char>(lockstep::testing::splitmix64(s));
   return out;
 }
 
