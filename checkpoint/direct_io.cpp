@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <atomic>
+#include <cerrno>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -14,6 +14,7 @@
 #include <mutex>
 #include <thread>
 
+#include "checkpoint/meta.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
 
@@ -108,9 +109,9 @@ class DirectFile {
 
   // Cuts the zero padding of the last block, fsyncs, closes (all checked).
   void finish(std::uint64_t size) {
-    check(::ftruncate(f_.fd(), static_cast<off_t>(size)) == 0,
-          "cannot truncate '" + f_.path() + "' to " + std::to_string(size) +
-              " bytes: " + sys_reason(errno));
+    check(::ftruncate(f_.fd(), static_cast<off_t>(size)) == 0, "cannot truncate '" + f_.path() +
+                                                                   "' to " + std::to_string(size) +
+                                                                   " bytes: " + sys_reason(errno));
     check(::fsync(f_.fd()) == 0, "fsync of '" + f_.path() + "' failed: " + sys_reason(errno));
     f_.close();
   }
@@ -118,23 +119,6 @@ class DirectFile {
  private:
   DirectFd f_;
 };
-
-// Hashes [src, src + bytes) chunk by chunk (each chunk hashed and streamed while cache-hot)
-// and hands each chunk to `emit`.
-template <class Emit>
-void hash_span(const char* src, std::uint64_t bytes, std::uint64_t chunk_bytes, SpanHash* out,
-               Emit&& emit) {
-  Xxh3Stream all;
-  out->chunks.clear();
-  out->chunks.reserve(static_cast<std::size_t>((bytes + chunk_bytes - 1) / chunk_bytes));
-  for (std::uint64_t off = 0; off < bytes; off += chunk_bytes) {
-    const std::uint64_t n = std::min(chunk_bytes, bytes - off);
-    out->chunks.push_back(xxh3_64(src + off, n));
-    all.update(src + off, n);
-    emit(src + off, n);
-  }
-  out->whole = all.digest();
-}
 
 }  // namespace
 
@@ -263,8 +247,8 @@ std::vector<SpanHash> write_pipelined(const std::string& path, const std::string
   try {
     emit(header.data(), header.size());
     for (std::size_t i = 0; i < spans.size(); ++i)
-      hash_span(static_cast<const char*>(spans[i].data), spans[i].bytes, chunk_bytes, &hashes[i],
-                emit);
+      hashes[i].chunks =
+          chunk_hashes(spans[i].data, spans[i].bytes, chunk_bytes, &hashes[i].whole, emit);
     total = offset + (cur >= 0 ? pos : 0);
     if (cur >= 0) {
       const std::uint64_t padded = round_up(pos);
@@ -302,11 +286,11 @@ std::vector<SpanHash> FileImage::build(const std::string& header,
   for (std::int64_t k = 0; k < n; ++k) {
     const auto i = static_cast<std::size_t>(k);
     char* dst = base + at[i];
-    hash_span(static_cast<const char*>(spans[i].data), spans[i].bytes, chunk_bytes, &hashes[i],
-              [&](const char* p, std::uint64_t len) {
-                std::memcpy(dst, p, len);
-                dst += len;
-              });
+    hashes[i].chunks = chunk_hashes(spans[i].data, spans[i].bytes, chunk_bytes, &hashes[i].whole,
+                                    [&](const char* p, std::uint64_t len) {
+                                      std::memcpy(dst, p, len);
+                                      dst += len;
+                                    });
   }
   return hashes;
 }
@@ -367,15 +351,14 @@ void read_pipelined(const std::string& path, const std::vector<ReadRange>& range
   std::vector<Piece> pieces;
   for (std::size_t r = 0; r < ranges.size(); ++r)
     for (std::uint64_t at = 0; at < ranges[r].bytes; at += piece_bytes)
-      pieces.push_back(
-          {r, at, ranges[r].offset + at, std::min(piece_bytes, ranges[r].bytes - at)});
+      pieces.push_back({r, at, ranges[r].offset + at, std::min(piece_bytes, ranges[r].bytes - at)});
   if (pieces.empty()) return;
   DirectReadFile file(path, direct_io);
   // At most kReadBlocks pieces ahead, fewer when pieces are large (at least 2: one being read
   // while one is consumed), so memory stays bounded by the piece size.
   const std::uint64_t budget = std::uint64_t{64} << 20;
-  const auto ahead = static_cast<std::size_t>(std::clamp<std::uint64_t>(
-      budget / piece_bytes, 2, static_cast<std::uint64_t>(kReadBlocks)));
+  const auto ahead = static_cast<std::size_t>(
+      std::clamp<std::uint64_t>(budget / piece_bytes, 2, static_cast<std::uint64_t>(kReadBlocks)));
   const int nblocks = static_cast<int>(std::min(ahead, pieces.size()));
   std::vector<AlignedBuffer> blocks;
   for (int i = 0; i < nblocks; ++i) blocks.emplace_back(piece_bytes + 2 * kDirectAlign);

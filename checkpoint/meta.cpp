@@ -130,14 +130,17 @@ StatePiece shard_geometry(const TensorRecord& t, const ShardRecord& s) {
 }
 
 std::vector<std::uint64_t> chunk_hashes(const void* data, std::uint64_t bytes,
-                                        std::uint64_t chunk_bytes, std::uint64_t* whole) {
+                                        std::uint64_t chunk_bytes, std::uint64_t* whole,
+                                        const ChunkSink& emit) {
   std::vector<std::uint64_t> out;
+  out.reserve(static_cast<std::size_t>((bytes + chunk_bytes - 1) / chunk_bytes));
   const char* p = static_cast<const char*>(data);
   Xxh3Stream all;
   for (std::uint64_t off = 0; off < bytes; off += chunk_bytes) {
     const std::uint64_t n = std::min(chunk_bytes, bytes - off);
     out.push_back(xxh3_64(p + off, n));
     if (whole) all.update(p + off, n);
+    if (emit) emit(p + off, n);
   }
   if (whole) *whole = all.digest();
   return out;

@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -77,8 +78,11 @@ StatePiece shard_geometry(const TensorRecord& t, const ShardRecord& s);
 
 // Hash helpers shared by save, load and verify.
 // The XXH3-64 of each chunk_bytes chunk and (if `whole` is given) of all bytes, in one pass
-// over memory (each chunk is hashed twice while it is in cache).
+// over memory (each chunk is hashed twice while it is in cache); `emit`, if given, receives
+// each chunk right after it is hashed, still cache-hot (the writers copy it on).
+using ChunkSink = std::function<void(const char* data, std::uint64_t bytes)>;
 std::vector<std::uint64_t> chunk_hashes(const void* data, std::uint64_t bytes,
-                                        std::uint64_t chunk_bytes, std::uint64_t* whole = nullptr);
+                                        std::uint64_t chunk_bytes, std::uint64_t* whole = nullptr,
+                                        const ChunkSink& emit = {});
 
 }  // namespace lockstep::ckpt

@@ -98,8 +98,7 @@ namespace {
 // run per softmax / cross-entropy row (~10^5 calls per training step), and building the
 // strings eagerly cost several heap allocations per call.
 void check_args(const KernelCtx& ctx, const float* x, const float* y, int64_t n, const char* name) {
-  if (!(ctx.threads >= 1 && ctx.reduce_block >= 1 && isa_supported(ctx.isa)))
-    validate(ctx);  // throws with the message naming what is wrong
+  validate(ctx);
   if (n < 0)
     fail(std::string("math::") + name + ": negative length " + std::to_string(n),
          "pass the element count of the arrays");
