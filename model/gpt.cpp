@@ -10,8 +10,10 @@
 #include <span>
 #include <string>
 
+#include "model/attn_gemm.hpp"
 #include "model/attn_rows.hpp"
 #include "model/ops.hpp"
+#include "parallel/fused_linear3.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
@@ -183,6 +185,16 @@ struct LayerIdx {
 struct LayerActs {
   Buf xhat1, rstd1, a1, q, k, v, probs, probs_d, o, xhat2, rstd2, a2, u, g;
   Mask keep_attn, keep_proj, keep_fc2;
+  // probs [mb, Hl, C, C] is kept for the backward only with dropout or the op trace on;
+  // otherwise the backward recomputes each head's probabilities (same ops on the same q, k:
+  // the same bits) from an L2-sized per-thread buffer, which saves writing and re-reading
+  // mb * Hl * C * C floats per layer.
+  bool probs_stored = false;
+  // q, k, v as one [T, 3 dl] buffer (parallel/fused_linear3.hpp: one GEMM for the three
+  // projections) instead of three [T, dl] ones; off under the op trace and debug.perturb of a
+  // q/k/v op, which address the projections one by one.
+  bool qkv_fused = false;
+  Buf qkv;
   // The training forward (op trace off) overwrites u with gelu'(u) in the GELU pass (both come
   // from one evaluation, math::gelu_tanh_and_grad), so the backward multiplies instead of
   // re-evaluating; u itself is read by nothing else.
@@ -211,13 +223,18 @@ struct LayerActs {
 class CausalGemms {
  public:
   // perturbed (debug.perturb): the canonical GEMM with block tp.perturbed_block().
-  CausalGemms(const TpContext& tp, std::int64_t C, int B, bool perturbed = false)
+  // fused: use model/attn_gemm.hpp's kernels where they apply (never when perturbed; the op
+  // trace passes false because it records the scores' masked entries, which those kernels
+  // leave unwritten). `scratch` arguments: attn_gemm_scratch_floats(C, hd, B) floats per
+  // thread, used only by the fused kernels.
+  CausalGemms(const TpContext& tp, std::int64_t C, int B, bool perturbed = false, bool fused = true)
       : tp_(tp),
         C_(C),
         B_(perturbed ? tp.perturbed_block() : B),
         exact_(tp.mode() != Determinism::fast),
         perturbed_(perturbed),
-        tree_(perturbed || tp.mode() == Determinism::invariant) {
+        tree_(perturbed || tp.mode() == Determinism::invariant),
+        fused_(fused && !perturbed) {
     rows_ = B_;
     while (rows_ < 64) rows_ += B_;
     if (rows_ >= C_) rows_ = C_;
@@ -225,9 +242,11 @@ class CausalGemms {
   // Query-row block size (a multiple of B, or C).
   std::int64_t rows() const { return rows_; }
 
-  // S[r0:r1, 0:r1) = Q[r0:r1] K^T per row block (ld of S is C).
+  // S[r0:r1, 0:r1) = Q[r0:r1] K^T per row block (ld of S is C); the fused kernel writes S[i, j]
+  // for j <= i (and some masked entries).
   void nt(std::int64_t hd, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
-          float* S) const {
+          float* S, float* scratch) const {
+    if (use_fused(hd)) return causal_scores(C_, hd, Q, ldq, K, ldk, S, scratch);
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
       const std::int64_t r1 = std::min(C_, r0 + rows_);
       tp_.gemm(perturbed_, Trans::N, Trans::T, r1 - r0, r1, hd, Q + r0 * ldq, ldq, K, ldk,
@@ -237,9 +256,18 @@ class CausalGemms {
 
   // Y[C, n] = A X, A [C, C] (lda) with A[i, j] = +0.0 for j > i, X [C, n] (ldx).
   void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
-              float* Y, std::int64_t ldy) const {
+              float* Y, std::int64_t ldy, float* scratch) const {
     if (exact_ && !finite(X, n, ldx)) {
       tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
+      return;
+    }
+    if (lda == C_ && use_fused(n)) {
+      causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
+      if (exact_)
+        for (std::int64_t i = 0; i < C_; ++i)
+          if (has_zero(Y + i * ldy, n))
+            tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx,
+                     Y + i * ldy, ldy, true);
       return;
     }
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
@@ -255,10 +283,19 @@ class CausalGemms {
   }
 
   // Y[C, n] = A^T X, A [C, C] (lda) with A[i, j] = +0.0 for i < j, X [C, n] (ldx).
-  // scratch: at least 8 * rows() * n floats.
+  // scratch: at least 8 * rows() * n floats, and the fused kernels' size.
   void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
     const bool full = exact_ && !finite(X, n, ldx);
+    if (!full && lda == C_ && use_fused(n)) {
+      causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
+      if (exact_)
+        for (std::int64_t j = 0; j < C_; ++j)
+          if (has_zero(Y + j * ldy, n))
+            tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
+                     true);
+      return;
+    }
     for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
       const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
       float* y = Y + j0 * ldy;
@@ -310,6 +347,10 @@ class CausalGemms {
       for (std::int64_t c = 0; c < s.n; ++c) out[r * ldo + c] = out[r * ldo + c] + tmp[r * s.n + c];
     return true;
   }
+  bool use_fused(std::int64_t n) const {
+    return fused_ && attn_gemm_supported(tp_.kernel(), C_, n, tree_) &&
+           B_ == tp_.kernel().reduce_block;
+  }
   bool finite(const float* X, std::int64_t n, std::int64_t ld) const {
     std::uint32_t bad = 0;
     for (std::int64_t r = 0; r < C_; ++r)
@@ -332,7 +373,33 @@ class CausalGemms {
   bool exact_;
   bool perturbed_;
   bool tree_;
+  bool fused_;
   std::int64_t rows_ = 0;
+};
+// Attention scratch of one thread: P [C, C] (scores and probabilities when they are not
+// stored), dP [C, C] (backward), then the suffix tree's partial results or the fused kernels'
+// scratch (CausalGemms).
+struct AttnScratch {
+  std::int64_t C, per_thread;
+  AttnScratch(std::int64_t C_, std::int64_t hd, int B, std::int64_t rows) : C(C_) {
+    const std::int64_t nblk = (C + B - 1) / B;
+    const std::int64_t tree = (std::bit_width(static_cast<std::uint64_t>(nblk)) + 1) * rows * hd;
+    per_thread = 2 * C * C + std::max(tree, attn_gemm_scratch_floats(C, hd, B));
+  }
+  float* p(float* base, int thread) const { return base + thread * per_thread; }
+  float* dp(float* base, int thread) const { return p(base, thread) + C * C; }
+  float* tmp(float* base, int thread) const { return p(base, thread) + 2 * C * C; }
+};
+
+// Where a layer's q, k, v live: three [T, dl] buffers, or one [T, 3 dl] (LayerActs::qkv_fused).
+struct QkvView {
+  const float *q, *k, *v;
+  std::int64_t ld;
+  QkvView(const LayerActs& A, std::int64_t dl)
+      : q(A.qkv_fused ? A.qkv.data() : A.q.data()),
+        k(A.qkv_fused ? A.qkv.data() + dl : A.k.data()),
+        v(A.qkv_fused ? A.qkv.data() + 2 * dl : A.v.data()),
+        ld(A.qkv_fused ? 3 * dl : dl) {}
 };
 }  // namespace
 
@@ -349,6 +416,7 @@ struct Gpt::Impl {
   std::vector<LayerActs> acts;
   // backward scratch
   Buf dh, dy, dbig, dsmall, qkv_part, dq, dk, dv, dhf, ln_scratch, attn_scratch;
+  Buf dqkv, lin3_scratch;  // the fused q/k/v path's [T, 3 dl] gradient and linear3 scratch
   // op trace (gpt.hpp): names and perturb flags by op id (global ops, then kLayerOps per
   // layer); rec: the observer records this forward/backward; copies of in-place inputs.
   OpObserver* obs = nullptr;
@@ -571,21 +639,34 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     LayerActs& A = m.acts[l];
     ln_forward(P(I.ln1w), P(I.ln1b), A.xhat1, A.rstd1, A.a1);
     if (m.rec) m.record(Impl::id(l, kLn1Fwd), {cs(m.h), pp(I.ln1w), pp(I.ln1b)}, cs(A.a1));
-    ensure(A.q, T * dl);
-    ensure(A.k, T * dl);
-    ensure(A.v, T * dl);
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.q), dl, P(I.qb), A.q.data(),
-                          m.pt(Impl::id(l, kQFwd)));
-    if (m.rec) m.record(Impl::id(l, kQFwd), {cs(A.a1), pp(I.q), pp(I.qb)}, cs(A.q));
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.k), dl, P(I.kb), A.k.data(),
-                          m.pt(Impl::id(l, kKFwd)));
-    if (m.rec) m.record(Impl::id(l, kKFwd), {cs(A.a1), pp(I.k), pp(I.kb)}, cs(A.k));
-    column_linear_forward(tp_, A.a1.data(), T, d, P(I.v), dl, P(I.vb), A.v.data(),
-                          m.pt(Impl::id(l, kVFwd)));
-    if (m.rec) m.record(Impl::id(l, kVFwd), {cs(A.a1), pp(I.v), pp(I.vb)}, cs(A.v));
+    A.qkv_fused = !m.rec;
+    for (int op : {kQFwd, kKFwd, kVFwd, kQWgrad, kKWgrad, kVWgrad, kQDgrad, kKDgrad, kVDgrad})
+      A.qkv_fused = A.qkv_fused && !m.pt(Impl::id(l, op));
+    if (A.qkv_fused) {
+      ensure(A.qkv, T * 3 * dl);
+      ensure(m.lin3_scratch, linear3_scratch_floats(T, d, dl));
+      linear3_forward(tp_, A.a1.data(), T, d,
+                      {{P(I.q), P(I.k), P(I.v)}, {P(I.qb), P(I.kb), P(I.vb)}}, dl, A.qkv.data(),
+                      m.lin3_scratch.data());
+    } else {
+      ensure(A.q, T * dl);
+      ensure(A.k, T * dl);
+      ensure(A.v, T * dl);
+      column_linear_forward(tp_, A.a1.data(), T, d, P(I.q), dl, P(I.qb), A.q.data(),
+                            m.pt(Impl::id(l, kQFwd)));
+      if (m.rec) m.record(Impl::id(l, kQFwd), {cs(A.a1), pp(I.q), pp(I.qb)}, cs(A.q));
+      column_linear_forward(tp_, A.a1.data(), T, d, P(I.k), dl, P(I.kb), A.k.data(),
+                            m.pt(Impl::id(l, kKFwd)));
+      if (m.rec) m.record(Impl::id(l, kKFwd), {cs(A.a1), pp(I.k), pp(I.kb)}, cs(A.k));
+      column_linear_forward(tp_, A.a1.data(), T, d, P(I.v), dl, P(I.vb), A.v.data(),
+                            m.pt(Impl::id(l, kVFwd)));
+      if (m.rec) m.record(Impl::id(l, kVFwd), {cs(A.a1), pp(I.v), pp(I.vb)}, cs(A.v));
+    }
+    const QkvView qkv(A, dl);
 
     // ---- attention per (sequence, local head) ----
-    ensure(A.probs, mb * Hl * C * C);
+    A.probs_stored = m.dropout_on || m.rec;
+    if (A.probs_stored) ensure(A.probs, mb * Hl * C * C);
     ensure(A.o, T * dl);
     if (m.dropout_on) {
       ensure(A.probs_d, mb * Hl * C * C);
@@ -593,21 +674,26 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     }
     const std::uint64_t attn_stream = dropout_stream(step, l + 1, kDropAttn);
     const bool drop = m.dropout_on;
-    const CausalGemms cg_s(tp_, C, B, m.pt(Impl::id(l, kScoresFwd)));
-    const CausalGemms cg_o(tp_, C, B, m.pt(Impl::id(l, kPvFwd)));
+    const CausalGemms cg_s(tp_, C, B, m.pt(Impl::id(l, kScoresFwd)), !m.rec);
+    const CausalGemms cg_o(tp_, C, B, m.pt(Impl::id(l, kPvFwd)), !m.rec);
     if (m.rec) ensure(m.rec_scores, mb * Hl * C * C);
     float* scores_copy = m.rec ? m.rec_scores.data() : nullptr;
+    const AttnScratch as(C, hd, B, cg_s.rows());
+    ensure(m.attn_scratch, static_cast<std::int64_t>(ctx.threads) * as.per_thread);
+    const bool stored = A.probs_stored;
 #pragma omp parallel num_threads(ctx.threads)
     {
       const KernelCtx ctx1 = tp_.kernel1();
+      const int th = omp_get_thread_num();
+      float* scratch = as.tmp(m.attn_scratch.data(), th);
 #pragma omp for schedule(static)
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
-        const float* Q = A.q.data() + b * C * dl + hh * hd;
-        const float* K = A.k.data() + b * C * dl + hh * hd;
-        const float* V = A.v.data() + b * C * dl + hh * hd;
-        float* S = A.probs.data() + bh * C * C;
-        cg_s.nt(hd, Q, dl, K, dl, S);
+        const float* Q = qkv.q + b * C * qkv.ld + hh * hd;
+        const float* K = qkv.k + b * C * qkv.ld + hh * hd;
+        const float* V = qkv.v + b * C * qkv.ld + hh * hd;
+        float* S = stored ? A.probs.data() + bh * C * C : as.p(m.attn_scratch.data(), th);
+        cg_s.nt(hd, Q, qkv.ld, K, qkv.ld, S, scratch);
         if (scores_copy) std::copy_n(S, C * C, scores_copy + bh * C * C);
         softmax_causal_rows(tp_.kernel1(), S, C, 0, C, scale);
         const float* Pv = S;
@@ -629,7 +715,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
           Pv = Pd;
         }
         float* O = A.o.data() + b * C * dl + hh * hd;
-        cg_o.prefix(hd, Pv, C, V, dl, O, dl);
+        cg_o.prefix(hd, Pv, C, V, qkv.ld, O, dl, scratch);
       }
     }
     if (m.rec) {
@@ -761,17 +847,10 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
 
   ensure(m.dbig, T * fl);
   ensure(m.dsmall, T * dl);
-  ensure(m.qkv_part, 3 * T * d);
-  ensure(m.dq, T * dl);
-  ensure(m.dk, T * dl);
-  ensure(m.dv, T * dl);
   const int nth = ctx.threads;
-  const CausalGemms cg(tp_, C, B);
-  // Per thread: dP [C, C] and the suffix tree's partial results.
-  const std::int64_t nblk = (C + B - 1) / B;
-  const std::int64_t per_thread =
-      C * C + (std::bit_width(static_cast<std::uint64_t>(nblk)) + 1) * cg.rows() * hd;
-  ensure(m.attn_scratch, static_cast<std::int64_t>(nth) * per_thread);
+  const CausalGemms cg(tp_, C, B, false, !m.rec);
+  const AttnScratch as(C, hd, B, cg.rows());
+  ensure(m.attn_scratch, static_cast<std::int64_t>(nth) * as.per_thread);
 
   for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
     const LayerIdx& I = m.li[l];
@@ -847,23 +926,49 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       m.record(Impl::id(l, kProjDgrad), {cs(dy, T * d), pp(I.proj)}, cs(m.dsmall));
     }
     const bool drop = m.dropout_on;
+    if (m.rec && !A.probs_stored)
+      fail("Gpt::backward: the op trace started between forward and backward",
+           "start recording before forward_backward");
+    // The forward's scores GEMM (perturbed or not), to recompute unstored probabilities.
+    const CausalGemms cg_s(tp_, C, B, m.pt(Impl::id(l, kScoresFwd)), true);
+    const QkvView qkv(A, dl);
+    // dq, dk, dv: into dqkv [T, 3 dl] laid out as qkv for the fused projections.
+    if (A.qkv_fused) {
+      ensure(m.dqkv, T * 3 * dl);
+    } else {
+      ensure(m.qkv_part, 3 * T * d);
+      ensure(m.dq, T * dl);
+      ensure(m.dk, T * dl);
+      ensure(m.dv, T * dl);
+    }
+    float* dq0 = A.qkv_fused ? m.dqkv.data() : m.dq.data();
+    float* dk0 = A.qkv_fused ? m.dqkv.data() + dl : m.dk.data();
+    float* dv0 = A.qkv_fused ? m.dqkv.data() + 2 * dl : m.dv.data();
 #pragma omp parallel num_threads(nth)
     {
-      float* dP =
-          m.attn_scratch.data() + static_cast<std::int64_t>(omp_get_thread_num()) * per_thread;
-      float* tree_tmp = dP + C * C;
+      const int th = omp_get_thread_num();
+      float* dP = as.dp(m.attn_scratch.data(), th);
+      float* tree_tmp = as.tmp(m.attn_scratch.data(), th);
 #pragma omp for schedule(static)
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
-        const std::int64_t off = b * C * dl + hh * hd;
-        const float* Q = A.q.data() + off;
-        const float* K = A.k.data() + off;
-        const float* V = A.v.data() + off;
+        const std::int64_t off = b * C * dl + hh * hd, qoff = b * C * qkv.ld + hh * hd;
+        const float* Q = qkv.q + qoff;
+        const float* K = qkv.k + qoff;
+        const float* V = qkv.v + qoff;
         const float* dO = m.dsmall.data() + off;
-        const float* Pm = A.probs.data() + bh * C * C;
+        const float* Pm;
+        if (A.probs_stored) {
+          Pm = A.probs.data() + bh * C * C;
+        } else {  // the forward's probabilities, recomputed by the same ops
+          float* Pr = as.p(m.attn_scratch.data(), th);
+          cg_s.nt(hd, Q, qkv.ld, K, qkv.ld, Pr, tree_tmp);
+          softmax_causal_rows(tp_.kernel1(), Pr, C, 0, C, scale);
+          Pm = Pr;
+        }
         const float* Pv = drop ? A.probs_d.data() + bh * C * C : Pm;
-        cg.nt(hd, dO, dl, V, dl, dP);
-        cg.suffix(hd, Pv, C, dO, dl, m.dv.data() + off, dl, tree_tmp);
+        cg.nt(hd, dO, dl, V, qkv.ld, dP, tree_tmp);
+        cg.suffix(hd, Pv, C, dO, dl, dv0 + qoff, qkv.ld, tree_tmp);
         if (drop) {
           for (std::int64_t i = 0; i < C; ++i) {
             const std::uint8_t* keep = A.keep_attn.data() + bh * C * C + i * C;
@@ -872,8 +977,8 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
           }
         }
         softmax_backward_rows(tp_.kernel1(), Pm, dP, C, 0, C, scale);
-        cg.prefix(hd, dP, C, K, dl, m.dq.data() + off, dl);
-        cg.suffix(hd, dP, C, Q, dl, m.dk.data() + off, dl, tree_tmp);
+        cg.prefix(hd, dP, C, K, qkv.ld, dq0 + qoff, qkv.ld, tree_tmp);
+        cg.suffix(hd, dP, C, Q, qkv.ld, dk0 + qoff, qkv.ld, tree_tmp);
       }
     }
     if (m.rec) {
@@ -883,27 +988,35 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       m.obs->record(m.op_name[Impl::id(l, kDqBwd)], attn_in, cs(m.dq));
       m.obs->record(m.op_name[Impl::id(l, kDkBwd)], attn_in, cs(m.dk));
     }
-    float* pq = m.qkv_part.data();
-    float* pk = pq + T * d;
-    float* pv = pk + T * d;
-    column_linear_backward(tp_, A.a1.data(), m.dq.data(), T, d, P(I.q), dl, G(I.q), G(I.qb), pq,
-                           m.pt(Impl::id(l, kQWgrad)), m.pt(Impl::id(l, kQDgrad)));
-    if (m.rec) rec_wb(l, kQWgrad, kQBgrad, m.dq.data(), T * dl, A.a1.data(), T * d, I.q, I.qb);
-    column_linear_backward(tp_, A.a1.data(), m.dk.data(), T, d, P(I.k), dl, G(I.k), G(I.kb), pk,
-                           m.pt(Impl::id(l, kKWgrad)), m.pt(Impl::id(l, kKDgrad)));
-    if (m.rec) rec_wb(l, kKWgrad, kKBgrad, m.dk.data(), T * dl, A.a1.data(), T * d, I.k, I.kb);
-    column_linear_backward(tp_, A.a1.data(), m.dv.data(), T, d, P(I.v), dl, G(I.v), G(I.vb), pv,
-                           m.pt(Impl::id(l, kVWgrad)), m.pt(Impl::id(l, kVDgrad)));
-    if (m.rec) rec_wb(l, kVWgrad, kVBgrad, m.dv.data(), T * dl, A.a1.data(), T * d, I.v, I.vb);
-    copy_to_tp_backward(tp_, sp(m.qkv_part));
-    if (m.rec) {
-      m.record(Impl::id(l, kQDgrad), {cs(m.dq), pp(I.q)}, cs(pq, T * d));
-      m.record(Impl::id(l, kKDgrad), {cs(m.dk), pp(I.k)}, cs(pk, T * d));
-      m.record(Impl::id(l, kVDgrad), {cs(m.dv), pp(I.v)}, cs(pv, T * d));
-      m.save(m.rec_a, m.dh.data(), T * d);
-    }
+    if (A.qkv_fused) {
+      ensure(m.lin3_scratch, linear3_scratch_floats(T, d, dl));
+      linear3_backward(tp_, A.a1.data(), m.dqkv.data(), T, d,
+                       {{P(I.q), P(I.k), P(I.v)}, {P(I.qb), P(I.kb), P(I.vb)}}, dl,
+                       {{G(I.q), G(I.k), G(I.v)}, {G(I.qb), G(I.kb), G(I.vb)}}, m.dy.data(),
+                       m.lin3_scratch.data());
+    } else {
+      float* pq = m.qkv_part.data();
+      float* pk = pq + T * d;
+      float* pv = pk + T * d;
+      column_linear_backward(tp_, A.a1.data(), m.dq.data(), T, d, P(I.q), dl, G(I.q), G(I.qb), pq,
+                             m.pt(Impl::id(l, kQWgrad)), m.pt(Impl::id(l, kQDgrad)));
+      if (m.rec) rec_wb(l, kQWgrad, kQBgrad, m.dq.data(), T * dl, A.a1.data(), T * d, I.q, I.qb);
+      column_linear_backward(tp_, A.a1.data(), m.dk.data(), T, d, P(I.k), dl, G(I.k), G(I.kb), pk,
+                             m.pt(Impl::id(l, kKWgrad)), m.pt(Impl::id(l, kKDgrad)));
+      if (m.rec) rec_wb(l, kKWgrad, kKBgrad, m.dk.data(), T * dl, A.a1.data(), T * d, I.k, I.kb);
+      column_linear_backward(tp_, A.a1.data(), m.dv.data(), T, d, P(I.v), dl, G(I.v), G(I.vb), pv,
+                             m.pt(Impl::id(l, kVWgrad)), m.pt(Impl::id(l, kVDgrad)));
+      if (m.rec) rec_wb(l, kVWgrad, kVBgrad, m.dv.data(), T * dl, A.a1.data(), T * d, I.v, I.vb);
+      copy_to_tp_backward(tp_, sp(m.qkv_part));
+      if (m.rec) {
+        m.record(Impl::id(l, kQDgrad), {cs(m.dq), pp(I.q)}, cs(pq, T * d));
+        m.record(Impl::id(l, kKDgrad), {cs(m.dk), pp(I.k)}, cs(pk, T * d));
+        m.record(Impl::id(l, kVDgrad), {cs(m.dv), pp(I.v)}, cs(pv, T * d));
+        m.save(m.rec_a, m.dh.data(), T * d);
+      }
 #pragma omp parallel for num_threads(nth) schedule(static)
-    for (std::int64_t e = 0; e < T * d; ++e) m.dy[e] = (pq[e] + pk[e]) + pv[e];
+      for (std::int64_t e = 0; e < T * d; ++e) m.dy[e] = (pq[e] + pk[e]) + pv[e];
+    }
     layernorm_backward(ctx, m.dy.data(), A.xhat1.data(), A.rstd1.data(), P(I.ln1w), T, d,
                        m.dh.data(), true, G(I.ln1w), G(I.ln1b), m.ln_scratch.data());
     if (m.rec) {

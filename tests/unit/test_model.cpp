@@ -3,10 +3,13 @@
 // embedding gradient against literal definitions, and the G3 properties that need no MPI:
 // one microbatch of 4 sequences == 4 microbatches of 1 merged with BinaryCounter (loss and
 // every gradient term, bitwise), 1 thread == 2 threads, every ISA path, forward_loss ==
-// forward_backward's loss.
+// forward_backward's loss; the fused attention kernels (AVX-512) == the GEMM path.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "../support/test_data.hpp"
@@ -210,4 +213,57 @@ TEST_CASE("GPT: gradients are overwritten per call, and another step changes dro
   const float c =
       m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 1, 1, 0.01f);
   CHECK(c != a);
+}
+
+TEST_CASE("GPT: fused attention kernels and recomputed probabilities == the GEMM path") {
+  // AVX-512 takes model/attn_gemm.hpp's kernels (and, without dropout, recomputes each head's
+  // probabilities in the backward); the scalar path runs CausalGemms' GEMMs on stored
+  // probabilities. Zeroed q/v rows of heads 0 and 1 in layer 0 make whole attention outputs
+  // and key gradients zero, so the kernels' zero-row fix-ups run too.
+  if (!isa_supported(Isa::avx512)) {
+    WARN("no AVX-512 on this CPU: the fused attention path is not taken; skipped");
+    return;
+  }
+  for (float dropout : {0.0f, 0.1f}) {
+    for (Determinism mode : {Determinism::invariant, Determinism::deterministic}) {
+      for (int B : {32, 64}) {
+        for (bool zero_heads : {false, true}) {
+          INFO("dropout " << dropout << " mode " << static_cast<int>(mode) << " B " << B
+                          << " zero heads " << zero_heads);
+          const ModelConfig cfg = tiny(dropout, true);
+          const Batch b = make_batch(cfg, 2);
+          const float scale = 1.0f / static_cast<float>(2 * cfg.context);
+          auto build = [&](Isa isa, int threads) {
+            auto m = std::make_unique<Gpt>(cfg, nullptr, mode, KernelCtx{isa, threads, B});
+            m->init(5);
+            if (zero_heads) {
+              const ParamTable t = ParamTable::build(cfg);
+              const std::int64_t hd = cfg.d_model / cfg.heads;
+              for (const char* name : {"layers.0.attn.v.weight", "layers.0.attn.v.bias"}) {
+                float* w = m->params()[t.index_of(name)].data<float>();
+                const std::int64_t row = std::string(name).ends_with("bias") ? 1 : cfg.d_model;
+                std::fill(w, w + hd * row, 0.0f);  // head 0's outputs
+              }
+              for (const char* name : {"layers.0.attn.q.weight", "layers.0.attn.q.bias"}) {
+                float* w = m->params()[t.index_of(name)].data<float>();
+                const std::int64_t row = std::string(name).ends_with("bias") ? 1 : cfg.d_model;
+                std::fill(w + hd * row, w + 2 * hd * row, 0.0f);  // head 1's queries
+              }
+            }
+            return m;
+          };
+          auto ref = build(Isa::scalar, 1);
+          const float l0 = ref->forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(),
+                                                 2, 3, scale);
+          for (int threads : {1, 2}) {
+            auto m = build(Isa::avx512, threads);
+            const float l = m->forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(),
+                                                2, 3, scale);
+            CHECK(std::memcmp(&l, &l0, 4) == 0);
+            CHECK(grads_equal(*m, *ref));
+          }
+        }
+      }
+    }
+  }
 }

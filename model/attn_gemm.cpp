@@ -1,0 +1,35 @@
+#include "model/attn_gemm.hpp"
+
+#include <algorithm>
+#include <bit>
+
+namespace lockstep {
+
+bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, bool tree) {
+  return ctx.isa == Isa::avx512 && C > 0 && C % 16 == 0 && hd % 16 == 0 && hd >= 16 && hd <= 64 &&
+         (!tree || hd <= ctx.reduce_block);
+}
+
+std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B) {
+  const std::int64_t nbt = (C + B - 1) / B;
+  const std::int64_t tile = 8 * hd;  // attn_gemm_avx512.cpp's R x hd register tile
+  const std::int64_t depth = std::bit_width(static_cast<std::uint64_t>(nbt)) + 2;
+  return std::max(hd * C, (nbt + 1 + depth) * tile);
+}
+
+void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
+                   const float* X, std::int64_t ldx, float* S, float* scratch) {
+  attn_gemm_detail::causal_scores_avx512(C, hd, A, lda, X, ldx, S, scratch);
+}
+
+void causal_prefix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch) {
+  attn_gemm_detail::causal_prefix_avx512(C, hd, B, tree, P, X, ldx, Y, ldy, scratch);
+}
+
+void causal_suffix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch) {
+  attn_gemm_detail::causal_suffix_avx512(C, hd, B, tree, A, X, ldx, Y, ldy, scratch);
+}
+
+}  // namespace lockstep

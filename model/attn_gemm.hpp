@@ -1,0 +1,61 @@
+// The GEMMs of causal attention for one (sequence, head), fused into AVX-512 loops that read
+// Q, K, V, P and their gradients in place: no packing, no per-block GEMM calls, and only the
+// causal part of each product (at 8-row granularity) is computed.
+//
+// Determinism contract: these kernels evaluate the same IEEE operations, in the same order, as
+// the canonical GEMM (runtime/gemm.hpp) of DESIGN.md section 2 on the causal blocks that
+// model/gpt.cpp's CausalGemms would pass to it, so the caller gets the bits of the full-size
+// GEMMs of the definition (gpt.hpp):
+//  * causal_scores: S[i, j] = sum_c A[i, c] X[j, c] for every j <= i (entries j > i that are
+//    written hold values nobody reads; softmax overwrites them). One FMA chain over c from
+//    -0.0, the first step a product: the canonical leaf when hd <= B, and the `chain` GEMM's
+//    element for any hd. Exact for every input.
+//  * causal_prefix: Y[i, :] = sum_j P[i, j] X[j, :] over the key leaves (blocks of B keys)
+//    that cover [0, i'] where i' is the last row of i's 8-row tile; the leaves past them hold
+//    P = +0.0 and are left out. tree = true: leaves are FMA chains combined by the canonical
+//    tree T over the kept leaves (a prefix of the full tree); tree = false: one chain.
+//  * causal_suffix: Y[j, :] = sum_i A[i, j] X[i, :] over the query leaves from the one holding
+//    j0 (the first row of j's tile) to the end; the leaves before hold A = +0.0 and are left
+//    out of the tree (the subtree structure of the full T is kept: CausalGemms::tree).
+//  Leaving out leaves whose every product is a zero changes nothing unless the result is a
+//  zero (x + 0 == x for x != 0); so prefix/suffix results equal the full GEMM except possibly
+//  in the sign of a zero, provided X is finite. The caller therefore (as CausalGemms does for
+//  its own omissions) runs the full GEMM when X has an Inf or NaN and recomputes every output
+//  row that contains a zero with the full-K GEMM.
+// Single thread per call; callers split (sequence, head) pairs over threads.
+#pragma once
+
+#include <cstdint>
+
+#include "runtime/isa.hpp"
+
+namespace lockstep {
+
+// True when the fused kernels apply: AVX-512 path, C a multiple of 16, hd in {16, 32, 48, 64},
+// and (tree mode) hd <= B so that a score is one canonical leaf.
+bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, bool tree);
+// Floats of per-thread scratch the kernels need for (C, hd, B).
+std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B);
+
+// S [C, C] (ld C) from A [C, hd] (lda) and X [C, hd] (ldx).
+void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
+                   const float* X, std::int64_t ldx, float* S, float* scratch);
+// Y [C, hd] (ldy) = P X with P [C, C] (ld C, P[i, j] = +0.0 for j > i), X [C, hd] (ldx).
+void causal_prefix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch);
+// Y [C, hd] (ldy) = A^T X with A [C, C] (ld C, A[i, j] = +0.0 for i < j), X [C, hd] (ldx).
+void causal_suffix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch);
+
+namespace attn_gemm_detail {
+void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
+                          const float* X, std::int64_t ldx, float* S, float* scratch);
+void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
+                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                          float* scratch);
+void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
+                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                          float* scratch);
+}  // namespace attn_gemm_detail
+
+}  // namespace lockstep

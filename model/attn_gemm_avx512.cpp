@@ -1,0 +1,239 @@
+// The AVX-512 kernels of model/attn_gemm.hpp (compiled with the avx512 flags, reached only
+// through the dispatch in attn_gemm.cpp). Vectors span the output's columns (keys for scores,
+// head_dim for prefix/suffix), never the reduced axis; every reduction is an FMA chain in
+// increasing index whose first step is a plain product (== fma(a, b, -0.0)), and leaves are
+// combined as the canonical GEMM combines them (runtime/gemm_kernel.hpp: binary counter,
+// older + newer).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#include "model/attn_gemm.hpp"
+
+namespace lockstep::attn_gemm_detail {
+namespace {
+
+constexpr int R = 8;  // output rows per register tile
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// dst[c * ldd + j] = src[j * lds + c] for j, c < 16 (a 16 x 16 transpose; data moves only).
+void transpose16(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {
+    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+  }
+  for (int i = 0; i < 8; ++i) {
+    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
+}
+
+// An R x (NV * 16) register tile. Chains: element (r, v*16 + l) accumulates
+// a[r * ars + k * aks] * b[k * ldb + v * 16 + l] over k in increasing order.
+template <int NV>
+struct Tile {
+  static constexpr int FLOATS = R * NV * 16;
+  __m512 c[R][NV];
+
+  // c = chain over k in [0, n), n >= 1, from -0.0 (first step a product).
+  template <std::int64_t ARS, std::int64_t AKS>
+  [[gnu::always_inline]] inline void chain(const float* a, std::int64_t ars, std::int64_t aks,
+                                           const float* b, std::int64_t ldb, std::int64_t n) {
+    const std::int64_t rs = ARS ? ARS : ars, ks = AKS ? AKS : aks;
+    {
+      __m512 bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + v * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r * rs]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) c[r][v] = _mm512_mul_ps(av, bv[v]);
+      }
+    }
+    for (std::int64_t k = 1; k < n; ++k) {
+      __m512 bv[NV];
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) bv[v] = _mm512_loadu_ps(b + k * ldb + v * 16);
+#pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m512 av = _mm512_set1_ps(a[r * rs + k * ks]);
+#pragma GCC unroll 4
+        for (int v = 0; v < NV; ++v) c[r][v] = _mm512_fmadd_ps(av, bv[v], c[r][v]);
+      }
+    }
+  }
+  // c = s + c (s is the older, left subtree), s a tile in memory.
+  inline void add_left(const float* s) {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        c[r][v] = _mm512_add_ps(_mm512_loadu_ps(s + (r * NV + v) * 16), c[r][v]);
+  }
+  inline void save(float* s) const {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(s + (r * NV + v) * 16, c[r][v]);
+  }
+  inline void store_rows(float* y, std::int64_t ldy) const {
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v) _mm512_storeu_ps(y + r * ldy + v * 16, c[r][v]);
+  }
+};
+
+// ---- scores: S[i, j] = chain over c of A[i, c] * X[j, c] -----------------------------------
+template <int NV>
+[[gnu::noinline]] void score_tile(const float* a, std::int64_t lda, const float* xt, std::int64_t C,
+                                  std::int64_t hd, float* s) {
+  Tile<NV> t;
+  t.template chain<0, 1>(a, lda, 1, xt, C, hd);
+  t.store_rows(s, C);
+}
+
+// ---- prefix: Y[i, :] = P[i, 0:kend) X[0:kend, :] --------------------------------------------
+template <int NV>
+void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* X, std::int64_t ldx,
+                 float* Y, std::int64_t ldy, float* stk) {
+  constexpr int TF = Tile<NV>::FLOATS;
+  for (std::int64_t i0 = 0; i0 < C; i0 += R) {
+    const std::int64_t kend = std::min(C, ceil_div(i0 + R, B) * B);
+    const float* p = P + i0 * C;
+    Tile<NV> t;
+    if (!tree) {
+      t.template chain<0, 1>(p, C, 1, X, ldx, kend);
+    } else {  // binary counter over the leaves (blocks of B keys) of [0, kend)
+      int top = 0;
+      std::int64_t leafno = 0;
+      for (std::int64_t k0 = 0; k0 < kend; k0 += B, ++leafno) {
+        t.template chain<0, 1>(p + k0, C, 1, X + k0 * ldx, ldx,
+                               std::min<std::int64_t>(B, kend - k0));
+        for (std::int64_t c = leafno; c & 1; c >>= 1) t.add_left(stk + (--top) * TF);
+        if (k0 + B < kend) t.save(stk + (top++) * TF);
+      }
+      while (top > 0) t.add_left(stk + (--top) * TF);
+    }
+    t.store_rows(Y + i0 * ldy, ldy);
+  }
+}
+
+// ---- suffix: Y[j, :] = A[m*B:C, j]^T X[m*B:C, :] with the leaves before m left out --------
+// T(lo, hi) over the leaf tiles L (leaf q at L + q * TF) with the leaves < m left out, into out;
+// false when every leaf of [lo, hi) is left out. The split is CausalGemms::tree's.
+template <int NV>
+bool combine(const float* L, std::int64_t lo, std::int64_t hi, std::int64_t m, float* out,
+             float* tmp, int depth) {
+  constexpr int TF = Tile<NV>::FLOATS;
+  if (hi <= m) return false;
+  if (hi - lo == 1) {
+    std::memcpy(out, L + lo * TF, TF * sizeof(float));
+    return true;
+  }
+  std::int64_t p = 1;
+  while (p * 2 < hi - lo) p *= 2;
+  if (!combine<NV>(L, lo, lo + p, m, out, tmp, depth + 1))
+    return combine<NV>(L, lo + p, hi, m, out, tmp, depth + 1);
+  float* right = tmp + static_cast<std::int64_t>(depth) * TF;
+  combine<NV>(L, lo + p, hi, m, right, tmp, depth + 1);
+  for (int e = 0; e < TF; e += 16)
+    _mm512_storeu_ps(out + e, _mm512_add_ps(_mm512_loadu_ps(out + e), _mm512_loadu_ps(right + e)));
+  return true;
+}
+
+template <int NV>
+void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* X, std::int64_t ldx,
+                 float* Y, std::int64_t ldy, float* scratch) {
+  constexpr int TF = Tile<NV>::FLOATS;
+  const std::int64_t nbt = ceil_div(C, B);
+  float* leaves = scratch;         // nbt tiles
+  float* out = leaves + nbt * TF;  // 1 tile
+  float* tmp = out + TF;           // one tile per recursion depth
+  for (std::int64_t j0 = 0; j0 < C; j0 += R) {
+    const std::int64_t m = j0 / B;  // leaves [0, m) hold only A[i, j] with i < j: zeros
+    const float* a = A + j0;        // op(A)[j0 + r, i] = A[i * C + j0 + r]
+    Tile<NV> t;
+    if (!tree) {
+      const std::int64_t k0 = m * B;
+      t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx, C - k0);
+      t.store_rows(Y + j0 * ldy, ldy);
+      continue;
+    }
+    for (std::int64_t q = m; q < nbt; ++q) {
+      const std::int64_t k0 = q * B;
+      t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx,
+                             std::min<std::int64_t>(B, C - k0));
+      t.save(leaves + q * TF);
+    }
+    combine<NV>(leaves, 0, nbt, m, out, tmp, 0);
+    for (int r = 0; r < R; ++r)
+      std::memcpy(Y + (j0 + r) * ldy, out + r * NV * 16, NV * 16 * sizeof(float));
+  }
+}
+
+template <class F>
+void by_nv(std::int64_t hd, F&& f) {
+  switch (hd / 16) {
+    case 1:
+      return f.template operator()<1>();
+    case 2:
+      return f.template operator()<2>();
+    case 3:
+      return f.template operator()<3>();
+    default:
+      return f.template operator()<4>();
+  }
+}
+
+}  // namespace
+
+void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
+                          const float* X, std::int64_t ldx, float* S, float* scratch) {
+  float* xt = scratch;  // xt[c * C + j] = X[j, c]
+  for (std::int64_t j0 = 0; j0 < C; j0 += 16)
+    for (std::int64_t c0 = 0; c0 < hd; c0 += 16)
+      transpose16(X + j0 * ldx + c0, ldx, xt + c0 * C + j0, C);
+  for (std::int64_t i0 = 0; i0 < C; i0 += R) {
+    // Columns [0, jend) cover j <= i for every row of the tile.
+    const std::int64_t jend = std::min(C, ceil_div(i0 + R, 16) * 16);
+    std::int64_t j = 0;
+    for (; j + 32 <= jend; j += 32) score_tile<2>(A + i0 * lda, lda, xt + j, C, hd, S + i0 * C + j);
+    if (j < jend) score_tile<1>(A + i0 * lda, lda, xt + j, C, hd, S + i0 * C + j);
+  }
+}
+
+void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
+                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                          float* scratch) {
+  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, X, ldx, Y, ldy, scratch); });
+}
+
+void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
+                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                          float* scratch) {
+  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, X, ldx, Y, ldy, scratch); });
+}
+
+}  // namespace lockstep::attn_gemm_detail
