@@ -299,16 +299,23 @@ inline F div_dd_(F nh, F nl, F dh, F dl) {
   F rem = (fma(-q, dh, nh) + nl) - q * dl;
   return sel(q == F(0.0f), q, q + rem / dh);  // keeps the sign of a zero quotient
 }
+// The value from gelu_parts_: x >= 0: x / (1 + m) (x itself past 20); x < 0: x m / (1 + m).
+// One quotient per lane, its numerator chosen by the sign first: every lane does exactly the
+// operations of its own branch (the quotient of the other branch was never used).
+template <class F>
+inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl) {
+  auto pos = x >= F(0.0f);
+  F nh = xc * em;
+  F nl = fma(xc, em, -nh);
+  F q = div_dd_(sel(pos, xc, nh), sel(pos, F(0.0f), nl), dh, dl);
+  F y = sel(pos, sel(x > F(20.0f), x, q), q * s2);
+  return sel(isnan_(x), x + x, y);
+}
 template <class F>
 inline F gelu_tanh_k(F x) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
-  F nh = xc * em;
-  F nl = fma(xc, em, -nh);
-  F yp = sel(x > F(20.0f), x, div_dd_(xc, F(0.0f), dh, dl));  // x >= 0: x / (1 + m)
-  F yn = div_dd_(nh, nl, dh, dl) * s2;                        // x < 0: x m / (1 + m)
-  F y = sel(x >= F(0.0f), yp, yn);
-  return sel(isnan_(x), x + x, y);
+  return gelu_value_(x, xc, em, s2, dh, dl);
 }
 // d/dx gelu = s (1 + x (1 - s) w'(x)), s = sigmoid(w), w' = K (1 + 3 c x^2).
 template <class F>
@@ -332,12 +339,7 @@ template <class F>
 inline void gelu_pair_k(F x, F& y_out, F& g_out) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
-  F nh = xc * em;
-  F nl = fma(xc, em, -nh);
-  F yp = sel(x > F(20.0f), x, div_dd_(xc, F(0.0f), dh, dl));
-  F yn = div_dd_(nh, nl, dh, dl) * s2;
-  F y = sel(x >= F(0.0f), yp, yn);
-  y_out = sel(isnan_(x), x + x, y);
+  y_out = gelu_value_(x, xc, em, s2, dh, dl);
   auto pos = x >= F(0.0f);
   F inv = div_dd_(F(1.0f), F(0.0f), dh, dl);
   F emd = div_dd_(em, F(0.0f), dh, dl);
