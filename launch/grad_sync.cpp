@@ -1,5 +1,7 @@
 #include "launch/grad_sync.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 
 #include "optim/grad_norm.hpp"
@@ -36,10 +38,11 @@ const char* state_prefix(StateKind k) {
   return "";
 }
 
-GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
+GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads)
     : model_(model),
       grid_(grid),
       zero_(zero),
+      threads_(std::max(1, threads)),
       part_(numels(model), term_counts(model), grid.dp_size(), grid.dp_rank()),
       reducer_(zero ? part_.grad_block() * grid.dp_size() : [&] {
         std::int64_t total = 0;
@@ -57,17 +60,22 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
   }
   const ParamTable& table = model.table();
   auto& params = model.params();
-  flat_.resize(static_cast<std::size_t>(zero ? part_.grad_block() * grid.dp_size() : flat_len_));
+  if (zero) flat_.resize(static_cast<std::size_t>(part_.grad_block() * grid.dp_size()));
   reduced_.resize(static_cast<std::size_t>(zero ? part_.grad_block() : flat_len_));
   for (std::size_t p = 0; p < params.size(); ++p) {
     const std::int64_t n = zero ? part_.owned(p) : params[p].numel();
     const std::int64_t first = zero ? part_.first(p) : 0;
-    grad_.emplace_back(static_cast<std::size_t>(zero ? part_.segment(p) : n));
+    // One term: the reduced buffer already holds the gradient (reduced_ never moves).
+    const bool own_grad = term_offset_[p].size() > 1;
+    grad_.emplace_back(own_grad ? static_cast<std::size_t>(zero ? part_.segment(p) : n) : 0);
     m_.emplace_back(static_cast<std::size_t>(n));
     v_.emplace_back(static_cast<std::size_t>(n));
+    float* grad = own_grad
+                      ? grad_.back().data()
+                      : reduced_.data() + (zero ? part_.grad_offset(p, 0) : term_offset_[p][0]);
     const bool counted = table[p].partition_dim >= 0 || grid.tp_rank() == 0;
-    slices_.push_back({params[p].data<float>() + first, grad_.back().data(), m_.back().data(),
-                       v_.back().data(), n, first, table[p].weight_decay, counted});
+    slices_.push_back({params[p].data<float>() + first, grad, m_.back().data(), v_.back().data(), n,
+                       first, table[p].weight_decay, counted});
   }
   if (zero) {
     param_block_.resize(static_cast<std::size_t>(part_.param_block()));
@@ -77,6 +85,8 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero)
 
 void GradSync::push_microbatch() {
   const GradTerms& g = model_.grads();
+  // The previous microbatch (if any) leaves the buffer for the counter before it is reused.
+  reducer_.flush_deferred();
   if (zero_) {
     std::vector<std::vector<const float*>> ptrs;
     for (const auto& terms : g) {
@@ -84,12 +94,26 @@ void GradSync::push_microbatch() {
       for (const auto& t : terms) ptrs.back().push_back(t.data<float>());
     }
     part_.pack_grads(ptrs, flat_.data());
-  } else {
-    for (std::size_t p = 0; p < g.size(); ++p)
-      for (std::size_t t = 0; t < g[p].size(); ++t)
-        std::copy_n(g[p][t].data<float>(), g[p][t].numel(), flat_.data() + term_offset_[p][t]);
+    reducer_.push_microbatch_deferred(flat_.data());
+    return;
   }
-  reducer_.push_microbatch(flat_.data());
+  // Copy every term into its place in reduced_, the pieces spread over the threads.
+  struct Piece {
+    const float* src;
+    std::int64_t n, dst;
+  };
+  constexpr std::int64_t kPiece = std::int64_t{1} << 16;
+  std::vector<Piece> pieces;
+  for (std::size_t p = 0; p < g.size(); ++p)
+    for (std::size_t t = 0; t < g[p].size(); ++t)
+      for (std::int64_t a = 0; a < g[p][t].numel(); a += kPiece)
+        pieces.push_back({g[p][t].data<float>() + a, std::min(kPiece, g[p][t].numel() - a),
+                          term_offset_[p][t] + a});
+  const int np = static_cast<int>(pieces.size());
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1)
+  for (int i = 0; i < np; ++i)
+    std::copy_n(pieces[i].src, pieces[i].n, reduced_.data() + pieces[i].dst);
+  reducer_.push_microbatch_deferred(reduced_.data());
 }
 
 void GradSync::reduce() {
@@ -98,8 +122,9 @@ void GradSync::reduce() {
   else
     reducer_.allreduce(grid_.dp_comm(), reduced_);
   for (std::size_t p = 0; p < slices_.size(); ++p) {
-    std::vector<const float*> terms;
     const int nt = static_cast<int>(term_offset_[p].size());
+    if (nt == 1) continue;  // the slice reads reduced_ directly
+    std::vector<const float*> terms;
     for (int t = 0; t < nt; ++t)
       terms.push_back(reduced_.data() + (zero_ ? part_.grad_offset(p, t) : term_offset_[p][t]));
     combine_grad_terms(terms, slices_[p].n, slices_[p].grad);
@@ -107,10 +132,34 @@ void GradSync::reduce() {
 }
 
 float GradSync::grad_norm() const {
-  SquareSumAccumulator sq;
+  // Chunks of every counted slice over the threads; each thread's exact partial sum is
+  // merged (integer additions: neither the chunking nor the merge order changes a bit).
+  // Without ZeRO every DP replica holds the whole reduced gradient, so DP rank r sums only
+  // the chunks k with k % dp == r and the exact limb allreduce over DP adds the shares up.
+  struct Chunk {
+    const float* x;
+    std::int64_t n;
+  };
+  constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+  const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
+  const bool split = !zero_ && dp > 1;
+  std::vector<Chunk> chunks;
+  std::int64_t k = 0;
   for (const auto& sl : slices_)
-    if (sl.count_in_norm) sq.add(std::span<const float>(sl.grad, static_cast<std::size_t>(sl.n)));
-  if (zero_) allreduce_square_sum(grid_.dp_comm(), sq);
+    if (sl.count_in_norm)
+      for (std::int64_t a = 0; a < sl.n; a += kChunk, ++k)
+        if (!split || k % dp == dp_rank)
+          chunks.push_back({sl.grad + a, std::min(kChunk, sl.n - a)});
+  const int nc = static_cast<int>(chunks.size());
+  const int team = std::max(1, std::min(threads_, nc));
+  std::vector<SquareSumAccumulator> part(static_cast<std::size_t>(team));
+#pragma omp parallel for num_threads(team) schedule(dynamic, 1) if (team > 1)
+  for (int c = 0; c < nc; ++c)
+    part[static_cast<std::size_t>(omp_get_thread_num())].add(
+        std::span<const float>(chunks[c].x, static_cast<std::size_t>(chunks[c].n)));
+  SquareSumAccumulator sq;
+  for (const auto& acc : part) sq.merge(acc);
+  if (zero_ || split) allreduce_square_sum(grid_.dp_comm(), sq);
   allreduce_square_sum(grid_.tp_comm(), sq);
   return sq.norm();
 }

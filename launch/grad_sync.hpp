@@ -7,6 +7,12 @@
 // Determinism contract: ZeRO on and off give identical bits (parallel/zero.hpp); the exact
 // global norm is summed with integer additions over DP segments and TP shards, so it is the
 // same on every layout; the state pieces are pure geometry.
+// Speed: one microbatch per step is packed straight into the reduction's output buffer and
+// reduced there (GradReducer::push_microbatch_deferred); a parameter with one gradient term
+// has its update slice's grad pointing into that buffer (no combine copy); only tied
+// parameters (several terms) are combined into their own buffer. The norm's square sums run
+// on `threads` threads and, without ZeRO, are split over the DP replicas (exact integer sums
+// completed by an integer allreduce, so neither split changes a bit).
 #pragma once
 
 #include <cstdint>
@@ -38,14 +44,14 @@ const char* state_prefix(StateKind k);  // "grad/", "adam_m/", "adam_v/", "param
 
 class GradSync {
  public:
-  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero);
+  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads = 1);
 
   void begin_step() { reducer_.reset(); }
   // Adds the model's current gradients (one microbatch) to the step's counter.
   void push_microbatch();
   // Canonical DP reduction and term combination: fills the slices' grad.
   void reduce();
-  // Exact global gradient norm over all slices (collective over DP when ZeRO, and TP).
+  // Exact global gradient norm over all slices (collective over DP and TP).
   float grad_norm() const;
   std::vector<UpdateSlice>& slices() { return slices_; }
   // ZeRO: allgather the updated parameter segments (no-op otherwise).
@@ -63,14 +69,17 @@ class GradSync {
   Gpt& model_;
   const Grid& grid_;
   bool zero_;
+  int threads_;
   std::vector<std::vector<std::int64_t>> term_offset_;  // [param][term] in the flat buffer
   std::int64_t flat_len_ = 0;
   ZeroPartition part_;
   GradReducer reducer_;
-  std::vector<float> flat_;     // [dp * grad_block] (ZeRO) or [flat_len]: one microbatch
-  std::vector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]
+  std::vector<float> flat_;     // [dp * grad_block] (ZeRO only): one microbatch
+  std::vector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]; without ZeRO also the
+                                // microbatch buffer (packed here, reduced in place)
   std::vector<float> param_block_, all_params_;   // ZeRO allgather buffers
-  std::vector<std::vector<float>> grad_, m_, v_;  // [param][slice elements]
+  std::vector<std::vector<float>> grad_, m_, v_;  // [param][slice elements]; grad_ only
+                                                  // for parameters of several terms
   std::vector<UpdateSlice> slices_;
 };
 

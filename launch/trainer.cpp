@@ -267,7 +267,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
   Gpt model(mcfg, grid, mode, kctx);
   model.init(static_cast<std::uint64_t>(cfg.run.seed));
   const ParamTable& table = model.table();
-  GradSync sync(model, grid, mode, cfg.parallel.zero);
+  GradSync sync(model, grid, mode, cfg.parallel.zero, kctx.threads);
   StateTrace state(
       sync, world, grid, parse_hash_kind(cfg.verify.hash),
       fp_version_from_int(cfg.verify.fingerprint_version, "verify.fingerprint_version"),
@@ -367,6 +367,9 @@ int train(const config::Config& cfg_in, Context& mpi) {
 
   // ---- the loop ----------------------------------------------------------------------------
   PreemptionGuard preemption;
+  std::vector<AdamWTensor> update_tensors;  // the slices, for the fused clip + AdamW
+  for (const UpdateSlice& sl : sync.slices())
+    update_tensors.push_back({sl.param, sl.grad, sl.m, sl.v, sl.n, sl.decay});
   std::vector<std::int32_t> tokens(static_cast<std::size_t>(mb * ctx)), labels(tokens.size());
   std::vector<std::int64_t> seq_ids(static_cast<std::size_t>(mb));
   const float loss_scale = 1.0f / static_cast<float>(G * ctx);
@@ -407,15 +410,18 @@ int train(const config::Config& cfg_in, Context& mpi) {
     state.after_reduce(step);
     double verify_secs = std::chrono::duration<double>(Clock::now() - tv0).count();
     const float grad_norm = sync.grad_norm();
-    if (cfg.optim.clip > 0) {
-      const ClipResult clip = clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip));
-      if (clip.clipped)
-        for (auto& sl : sync.slices()) apply_clip(clip, std::span<float>(sl.grad, sl.n));
-    }
+    const ClipResult clip = cfg.optim.clip > 0
+                                ? clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip))
+                                : ClipResult{};
     const float lr = lr_at(scfg, step);
-    for (std::size_t p = 0; p < table.size(); ++p) {
-      UpdateSlice& sl = sync.slices()[p];
-      traced_adamw(ops, table[p].name, kctx, AdamWHyper::at(acfg, lr, step, sl.decay), sl);
+    if (ops.recording()) {  // per tensor, each update recorded as an op
+      for (auto& sl : sync.slices()) apply_clip(clip, std::span<float>(sl.grad, sl.n));
+      for (std::size_t p = 0; p < table.size(); ++p) {
+        UpdateSlice& sl = sync.slices()[p];
+        traced_adamw(ops, table[p].name, kctx, AdamWHyper::at(acfg, lr, step, sl.decay), sl);
+      }
+    } else {  // the same bits: clip and update every slice chunk by chunk on all threads
+      clip_and_adamw_step(kctx, acfg, lr, step, clip, update_tensors);
     }
     ops.end_step();
     sync.publish_params();  // ZeRO: allgather the updated parameters

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "optim/adamw_kernel.hpp"
 #include "runtime/error.hpp"
@@ -102,6 +103,41 @@ void adamw_step(const KernelCtx& ctx, const AdamWHyper& h, std::span<float> para
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t lo = c * kChunk, len = std::min(kChunk, n - lo);
     range(s, param.data() + lo, grad.data() + lo, m.data() + lo, v.data() + lo, len);
+  }
+}
+
+void clip_and_adamw_step(const KernelCtx& ctx, const AdamWConfig& c, double lr, std::int64_t step,
+                         const ClipResult& clip, std::span<const AdamWTensor> tensors) {
+  validate(ctx);
+  const AdamWScalars with_decay = adamw_scalars(AdamWHyper::at(c, lr, step, true));
+  const AdamWScalars no_decay = adamw_scalars(AdamWHyper::at(c, lr, step, false));
+  auto range = ctx.isa == Isa::avx512 ? &detail::adamw_range_avx512
+               : ctx.isa == Isa::avx2 ? &detail::adamw_range_avx2
+                                      : &detail::adamw_range_scalar;
+  struct Chunk {
+    std::size_t tensor;
+    std::int64_t lo, len;
+  };
+  constexpr std::int64_t kChunk = 1 << 14;  // 4 arrays x 64 KiB: stays in L2 between passes
+  std::vector<Chunk> chunks;
+  for (std::size_t t = 0; t < tensors.size(); ++t) {
+    check(tensors[t].n >= 0 && (tensors[t].n == 0 || (tensors[t].param && tensors[t].grad &&
+                                                      tensors[t].m && tensors[t].v)),
+          "clip_and_adamw_step: tensor " + std::to_string(t) + " has " +
+              std::to_string(tensors[t].n) + " elements but a null array",
+          "pass the parameter, gradient and both moments of every slice");
+    for (std::int64_t lo = 0; lo < tensors[t].n; lo += kChunk)
+      chunks.push_back({t, lo, std::min(kChunk, tensors[t].n - lo)});
+  }
+  const int nc = static_cast<int>(chunks.size());
+  const int threads = std::max(1, std::min(ctx.threads, nc));
+#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
+  for (int i = 0; i < nc; ++i) {
+    const Chunk& k = chunks[static_cast<std::size_t>(i)];
+    const AdamWTensor& t = tensors[k.tensor];
+    float* g = t.grad + k.lo;
+    apply_clip(clip, std::span<float>(g, static_cast<std::size_t>(k.len)));
+    range(t.decay ? with_decay : no_decay, t.param + k.lo, g, t.m + k.lo, t.v + k.lo, k.len);
   }
 }
 

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <span>
 
+#include "optim/clip.hpp"
 #include "runtime/isa.hpp"
 
 namespace lockstep {
@@ -84,5 +85,21 @@ void adamw_step(const AdamWHyper& h, std::span<float> param, std::span<const flo
 // The same on an explicit ISA path and thread count (bits identical for every choice).
 void adamw_step(const KernelCtx& ctx, const AdamWHyper& h, std::span<float> param,
                 std::span<const float> grad, std::span<float> m, std::span<float> v);
+
+// One tensor (or local slice) of a whole-model step: n elements of each array.
+struct AdamWTensor {
+  float* param;
+  float* grad;  // scaled in place by the clip coefficient when clipping
+  float* m;
+  float* v;
+  std::int64_t n;
+  bool decay;  // weight decay on this tensor
+};
+// The clipping and AdamW step of many tensors in one parallel loop: their chunks are
+// spread over ctx.threads, and each chunk is first clipped (apply_clip, when clip.clipped)
+// and then updated while it is in cache. The same bits as apply_clip over every gradient
+// followed by adamw_step per tensor with AdamWHyper::at(c, lr, step, tensor.decay).
+void clip_and_adamw_step(const KernelCtx& ctx, const AdamWConfig& c, double lr, std::int64_t step,
+                         const ClipResult& clip, std::span<const AdamWTensor> tensors);
 
 }  // namespace lockstep

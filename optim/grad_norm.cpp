@@ -36,36 +36,57 @@ std::vector<std::uint32_t> digits_of(
 }  // namespace
 
 void SquareSumAccumulator::add(std::span<const float> x) {
+  // Two exact stages. (1) Per batch of up to kBatch elements, the squared significands
+  // m^2 (< 2^48) are summed per exponent into uint64 buckets: a bucket receives at most
+  // kBatch / kTables elements, so each table's bucket stays below 2^62 and the sum of the
+  // tables below 2^64. Subnormals (biased exponent 0) have the scale of exponent 1 and share
+  // its bucket; zeros add 0 there. Four tables used in rotation keep neighbouring elements
+  // (which mostly share an exponent) off one read-modify-write chain. (2) Each nonzero
+  // bucket (sum < 2^64, shifted by < 32: three digits) is added into the digit limbs, one
+  // pending digit addition per bucket. Both stages are integer additions, so the value is
+  // the same as adding every square on its own.
+  constexpr std::size_t kBatch = std::size_t{1} << 16;
+  constexpr int kTables = 4;
+  alignas(64) std::uint64_t bucket[kTables][256];
   std::uint64_t* limb = limb_.data();
-  std::size_t i = 0;
-  while (i < x.size()) {
-    if (pending_ >= kMaxPending) normalize();
-    const std::size_t end = i + std::min<std::size_t>(x.size() - i, kMaxPending - pending_);
-    pending_ += end - i;
-    for (; i < end; ++i) {
+  const float* data = x.data();
+  for (std::size_t i0 = 0; i0 < x.size(); i0 += kBatch) {
+    const std::size_t n = std::min(kBatch, x.size() - i0);
+    std::memset(bucket, 0, sizeof bucket);
+    auto one = [&](std::uint64_t* table, float f) {
       std::uint32_t u;
-      std::memcpy(&u, &x[i], sizeof u);
+      std::memcpy(&u, &f, sizeof u);
       const std::uint32_t biased = (u >> 23) & 0xffu;
-      std::uint64_t m = u & 0x7fffffu;
-      if (biased == 0xffu) {
-        ++limb[m != 0 ? kNanLimb : kInfLimb];
-        continue;
+      const std::uint64_t m = (u & 0x7fffffu) | (biased != 0 ? 0x800000u : 0u);
+      // biased 255 (inf, NaN) lands in bucket 255, which stage 2 replaces by the counts.
+      table[biased != 0 ? biased : 1u] += m * m;
+    };
+    const float* p = data + i0;
+    std::size_t i = 0;
+    for (; i + kTables <= n; i += kTables)
+      for (int t = 0; t < kTables; ++t) one(bucket[t], p[i + t]);
+    for (; i < n; ++i) one(bucket[0], p[i]);
+    // A non-finite element put m^2 >= 2^46 (implicit bit set) into bucket 255: count them.
+    if ((bucket[0][255] | bucket[1][255] | bucket[2][255] | bucket[3][255]) != 0) {
+      for (std::size_t k = 0; k < n; ++k) {
+        std::uint32_t u;
+        std::memcpy(&u, &p[k], sizeof u);
+        if (((u >> 23) & 0xffu) == 0xffu) ++limb[(u & 0x7fffffu) != 0 ? kNanLimb : kInfLimb];
       }
-      int e = static_cast<int>(biased);
-      if (biased == 0) {
-        if (m == 0) continue;  // +-0 adds nothing
-        e = 1;                 // subnormal: m * 2^-149
-      } else {
-        m |= 0x800000u;  // normal: m * 2^(e - 150)
-      }
-      // x^2 = m^2 * 2^(2e - 300) = m^2 * 2^(s + kLsbExponent) with s = 2e - 2 in [0, 506].
-      const std::uint64_t sq = m * m;  // < 2^48, exact
+    }
+    if (pending_ + 256 >= kMaxPending) normalize();
+    for (int e = 1; e < 255; ++e) {
+      std::uint64_t sum = 0;
+      for (int t = 0; t < kTables; ++t) sum += bucket[t][e];
+      if (sum == 0) continue;
+      // m^2 * 2^(2e - 300) = m^2 * 2^(s + kLsbExponent) with s = 2e - 2 in [0, 506].
       const int s = 2 * e - 2;
       const int d = s >> 5;
-      const u128 w = static_cast<u128>(sq) << (s & 31);  // < 2^80: three digits
+      const u128 w = static_cast<u128>(sum) << (s & 31);  // < 2^96: three digits
       limb[d] += static_cast<std::uint64_t>(w) & kDigitMask;
       limb[d + 1] += static_cast<std::uint64_t>(w >> 32) & kDigitMask;
       limb[d + 2] += static_cast<std::uint64_t>(w >> 64);
+      ++pending_;
     }
   }
 }

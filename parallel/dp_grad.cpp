@@ -15,13 +15,30 @@ GradReducer::GradReducer(std::int64_t len, Determinism mode)
 void GradReducer::reset() {
   counter_.clear();
   n_leaves_ = 0;
+  deferred_ = nullptr;
 }
 
 bool GradReducer::keep_leaves() const {
   return observer_ && (observer_->recording() || observer_->perturb(kOpName));
 }
 
+void GradReducer::flush_deferred() {
+  if (!deferred_) return;
+  counter_.push(deferred_);
+  deferred_ = nullptr;
+}
+
+void GradReducer::push_microbatch_deferred(const float* grads) {
+  flush_deferred();
+  deferred_ = grads;
+  if (keep_leaves()) {
+    if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
+    leaves_[n_leaves_++].assign(grads, grads + len_);
+  }
+}
+
 void GradReducer::push_microbatch(const float* grads) {
+  flush_deferred();
   counter_.push(grads);
   if (keep_leaves()) {
     if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
@@ -30,7 +47,7 @@ void GradReducer::push_microbatch(const float* grads) {
 }
 
 void GradReducer::perturbed_sum(const Communicator& dp, std::span<float> out) const {
-  check(n_leaves_ == counter_.leaves(),
+  check(n_leaves_ == microbatches(),
         "GradReducer: debug.perturb=dp.reduce was switched on in the middle of a step",
         "set the observer before the first push_microbatch of a step");
   const std::int64_t total = n_leaves_ * dp.size();
@@ -58,36 +75,46 @@ void GradReducer::record(std::span<const float> out) const {
   observer_->record(kOpName, in, out);
 }
 
-void GradReducer::allreduce(const Communicator& dp, std::span<float> out) const {
+void GradReducer::allreduce(const Communicator& dp, std::span<float> out) {
   check(static_cast<std::int64_t>(out.size()) == len_,
         "GradReducer::allreduce: output of " + std::to_string(out.size()) + " floats for a " +
             std::to_string(len_) + "-float gradient");
-  check(counter_.leaves() > 0, "GradReducer: no microbatch was pushed this step",
+  check(microbatches() > 0, "GradReducer: no microbatch was pushed this step",
         "call push_microbatch() for every microbatch before reducing");
   if (observer_ && observer_->perturb(kOpName)) {
     perturbed_sum(dp, out);
   } else {
-    counter_.result(out.data());
+    if (deferred_ && counter_.leaves() == 0) {  // one microbatch: its leaf is the sum
+      if (deferred_ != out.data()) std::copy_n(deferred_, len_, out.data());
+    } else {
+      flush_deferred();
+      counter_.result(out.data());
+    }
     allreduce_sum(mode_, dp, out);
   }
   record(out);
 }
 
-void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) const {
+void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) {
   check(len_ % dp.size() == 0 && static_cast<std::int64_t>(out.size()) == len_ / dp.size(),
         "GradReducer::reduce_scatter: " + std::to_string(len_) + " floats over " +
             std::to_string(dp.size()) + " DP ranks into a segment of " + std::to_string(out.size()),
         "pad the flat gradient to a multiple of the DP size");
-  check(counter_.leaves() > 0, "GradReducer: no microbatch was pushed this step",
+  check(microbatches() > 0, "GradReducer: no microbatch was pushed this step",
         "call push_microbatch() for every microbatch before reducing");
-  std::vector<float> merged(static_cast<std::size_t>(len_));
   if (observer_ && observer_->perturb(kOpName)) {
-    perturbed_sum(dp, merged);
+    merged_.resize(static_cast<std::size_t>(len_));
+    perturbed_sum(dp, merged_);
     const std::int64_t seg = len_ / dp.size();
-    std::copy_n(merged.data() + dp.rank() * seg, seg, out.data());
+    std::copy_n(merged_.data() + dp.rank() * seg, seg, out.data());
+  } else if (deferred_ && counter_.leaves() == 0) {  // one microbatch: send it as it is
+    reduce_scatter_sum(mode_, dp, std::span<const float>(deferred_, static_cast<std::size_t>(len_)),
+                       out);
   } else {
-    counter_.result(merged.data());
-    reduce_scatter_sum(mode_, dp, merged, out);
+    flush_deferred();
+    merged_.resize(static_cast<std::size_t>(len_));
+    counter_.result(merged_.data());
+    reduce_scatter_sum(mode_, dp, merged_, out);
   }
   record(out);
 }

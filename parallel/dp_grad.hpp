@@ -19,6 +19,10 @@
 // is the chain (a + b) + c, with 2 every order gives a + b), else it refuses to run
 // (lockstep::Error).
 // Leaves are copied only while recording or perturbing; otherwise the cost is one branch.
+// Copies: push_microbatch() copies each leaf into the counter. push_microbatch_deferred()
+// only remembers the pointer and copies the leaf when another microbatch follows; a step
+// of one microbatch is then reduced straight from the caller's buffer (no copy when that
+// buffer is also the output). The arithmetic, and so every bit, is the same either way.
 #pragma once
 
 #include <cstdint>
@@ -43,14 +47,21 @@ class GradReducer {
   // Adds one microbatch's gradient subtree (len floats). All microbatches of a step hold
   // the same number of sequences.
   void push_microbatch(const float* grads);
-  std::int64_t microbatches() const { return counter_.leaves(); }
+  // The same without copying now: `grads` must stay valid and unchanged until the next
+  // push_microbatch*() or flush_deferred() call or the end of the step's reduction (the
+  // caller may write the next microbatch into the same buffer after flush_deferred()).
+  void push_microbatch_deferred(const float* grads);
+  // Copies a deferred leaf into the counter (no-op if there is none).
+  void flush_deferred();
+  std::int64_t microbatches() const { return counter_.leaves() + (deferred_ ? 1 : 0); }
 
   // Writes the merged gradient of this rank's microbatches into out (len floats), then
   // sums over `dp` in place: tree allreduce (invariant) or MPI_Allreduce (otherwise).
-  void allreduce(const Communicator& dp, std::span<float> out) const;
+  // `out` may be the buffer of a deferred single microbatch (then nothing is copied).
+  void allreduce(const Communicator& dp, std::span<float> out);
   // The same, but reduce-scatters over dp: `out` receives this DP rank's segment r of
   // size len / dp.size() (len must be a multiple of dp.size(); pad the flat buffer).
-  void reduce_scatter(const Communicator& dp, std::span<float> out) const;
+  void reduce_scatter(const Communicator& dp, std::span<float> out);
 
   // The op trace / fault-injection hook (nullptr: none). Not owned.
   void set_observer(OpObserver* observer) { observer_ = observer; }
@@ -69,6 +80,8 @@ class GradReducer {
   OpObserver* observer_ = nullptr;
   std::vector<std::vector<float>> leaves_;  // copies, only while recording or perturbing
   std::int64_t n_leaves_ = 0;
+  const float* deferred_ = nullptr;  // the last leaf, not yet in counter_
+  std::vector<float> merged_;        // reduce_scatter's send buffer (several microbatches)
 };
 
 }  // namespace lockstep

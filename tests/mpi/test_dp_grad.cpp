@@ -61,3 +61,47 @@ TEST_CASE("GradReducer refuses a reduction with no microbatch") {
   std::vector<float> out(4);
   REQUIRE_THROWS_AS(red.allreduce(Communicator::world(), out), Error);
 }
+
+TEST_CASE("deferred pushes give the bits of copying pushes, also reduced in place") {
+  // push_microbatch_deferred keeps only the pointer; the caller flushes before reusing the
+  // buffer (as GradSync does: pack into one buffer, reduce in place when it is the only one).
+  const Communicator world = Communicator::world();
+  const int dp = world.size(), r = world.rank();
+  const int len = 1000 * dp + 24 * dp;  // a multiple of dp: reduce_scatter needs no padding
+  for (Determinism mode : {Determinism::invariant, Determinism::deterministic}) {
+    for (int n_mb : {1, 2, 3, 4}) {
+      std::vector<std::vector<float>> leaves;
+      for (int m = 0; m < n_mb; ++m)
+        leaves.push_back(mixed_floats(static_cast<std::size_t>(len), 500 + 10 * r + m));
+      INFO("dp=" << dp << " microbatches=" << n_mb << " mode=" << static_cast<int>(mode));
+      GradReducer copying(len, mode), deferred(len, mode);
+      for (const auto& l : leaves) copying.push_microbatch(l.data());
+      std::vector<float> want(len), got(len);
+      copying.allreduce(world, want);
+      // One buffer reused for every microbatch, reduced in place.
+      for (const auto& l : leaves) {
+        deferred.flush_deferred();
+        std::copy(l.begin(), l.end(), got.begin());
+        deferred.push_microbatch_deferred(got.data());
+      }
+      CHECK(deferred.microbatches() == n_mb);
+      deferred.allreduce(world, got);
+      CHECK(same_bits(got.data(), want.data(), len));
+      // Reduce-scatter straight from the deferred buffer, and after a reset.
+      for (int again = 0; again < 2; ++again) {
+        std::vector<float> buf(len), seg(len / dp), seg_want(len / dp);
+        copying.reset();
+        deferred.reset();
+        for (const auto& l : leaves) {
+          copying.push_microbatch(l.data());
+          deferred.flush_deferred();
+          std::copy(l.begin(), l.end(), buf.begin());
+          deferred.push_microbatch_deferred(buf.data());
+        }
+        copying.reduce_scatter(world, seg_want);
+        deferred.reduce_scatter(world, seg);
+        CHECK(same_bits(seg.data(), seg_want.data(), len / dp));
+      }
+    }
+  }
+}

@@ -144,6 +144,47 @@ TEST_CASE("exact sum of squares equals a big-integer reference and rounds correc
   CHECK(dbits(a.sum_as_double()) == dbits(r.to_double()));
 }
 
+TEST_CASE("bucketed square sum: several 2^16-element batches, full buckets, Inf/NaN counts") {
+  // add() sums squared significands per exponent in batches of 2^16 elements: cross batch
+  // boundaries at uneven offsets, fill one exponent's buckets to the maximum (2^16 x
+  // FLT_MAX^2's significand), and compare with the big-integer reference.
+  std::vector<float> x = adversarial((std::size_t{1} << 17) + 12345, 9);
+  x.insert(x.begin() + 70000, std::size_t{1} << 16, FLT_MAX);
+  x.insert(x.begin() + 5, std::size_t{1} << 16, -0x1.fffffep+0f);
+  BitSum ref;
+  for (float f : x) ref.add_square(f);
+  SquareSumAccumulator whole;
+  whole.add(x);
+  CHECK(whole.exact_hex() == ref.hex298());
+  CHECK(dbits(whole.sum_as_double()) == dbits(ref.to_double()));
+  SquareSumAccumulator pieces;  // odd-sized calls, one element at a time in between
+  for (std::size_t a = 0; a < x.size();) {
+    const std::size_t len = std::min<std::size_t>(x.size() - a, a % 3 == 0 ? 1 : 40009);
+    pieces.add(std::span<const float>(x.data() + a, len));
+    a += len;
+  }
+  CHECK(pieces == whole);
+  // Non-finite values are counted in whichever batch and table they fall.
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> y(std::size_t{1} << 17, 1.0f);
+  y[3] = inf;
+  y[70001] = -inf;
+  SquareSumAccumulator c;
+  c.add(y);
+  CHECK(c.has_inf());
+  CHECK(!c.has_nan());
+  CHECK(c.norm() == inf);
+  y[100000] = std::numeric_limits<float>::quiet_NaN();
+  SquareSumAccumulator d;
+  d.add(y);
+  CHECK(d.has_nan());
+  CHECK(std::isnan(d.norm()));
+  y[3] = y[70001] = y[100000] = 1.0f;
+  SquareSumAccumulator e;
+  e.add(y);
+  CHECK(e.sum_as_double() == 131072.0);
+}
+
 TEST_CASE("moderate ranges: equals an exact __float128 sum rounded to double") {
   // Squares within 2^-32..2^32 of 48 bits each, 10^4 of them: < 113 bits, exact in binary128.
   std::uint64_t s = 99;
