@@ -13,14 +13,16 @@
 namespace lockstep {
 
 // out[r] = csum(X[r*ld + 0 .. n)) for r in [0, rows), bit-identical to lockstep::csum; eight
-// rows advance together so their chains overlap (single thread; callers split rows).
+// rows advance together so their chains overlap (single thread; callers split rows). The
+// LayerNorm kernels no longer use it: model/ln_rows.hpp runs rows in vector lanes instead.
 void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld, int block,
                    float* out);
 
 // LayerNorm over the last dimension (n features) of T rows, per row:
 //   mean = csum(x)/n; c = x - mean; var = csum(c*c)/n; rstd = 1/sqrt(var + eps);
 //   xhat = c * rstd; y = xhat * w + b   (no FMA anywhere).
-// Stores xhat [T, n] and rstd [T] for the backward.
+// Stores xhat [T, n] and rstd [T] for the backward. Computed by model/ln_rows.hpp's per-ISA
+// kernels (row sums across rows in vector lanes); same bits on every path and thread count.
 void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std::int64_t n,
                        const float* w, const float* b, float eps, float* xhat, float* rstd,
                        float* y);
@@ -33,8 +35,11 @@ void residual_layernorm_forward(const KernelCtx& ctx, float* h, const float* res
 // Backward, per row: g = dy * w; c1 = csum(g)/n; c2 = csum(g*xhat)/n;
 //   dx = (g - (xhat*c2 + c1)) * rstd.   Parameter grads (over tokens, overwritten):
 //   dw = csum_rows(dy * xhat), db = csum_rows(dy) (the bits of runtime/csum.hpp's csum_rows,
-//   computed in the same parallel region as dx, column chunks split over threads). `scratch`
-//   holds T*n floats (g). dy must not alias dx_out or scratch.
+//   computed in the same parallel region as dx: when T >= 2*ceil(T/B) and there are enough
+//   row blocks, threads split blocks of B rows and each block's column leaves are summed in
+//   the same pass as its dx, then merged by csum_rows' tree; otherwise column chunks split
+//   over threads). `scratch` holds T*n floats of workspace (the block leaves, 2n per block);
+//   its contents afterwards are unspecified. dy must not alias dx_out or scratch.
 // If accumulate, dx_out = dx_out + dx (the residual stream), else dx_out = dx.
 void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,
                         const float* w, std::int64_t T, std::int64_t n, float* dx_out,

@@ -4,7 +4,11 @@
 //    this CPU, in place (g == x) or not, any length (vector tails), special values included;
 //  - layernorm_backward (one parallel region, dw/db by column chunks) == the staged definition
 //    (product buffer, csum_rows, row pass) for several T, n, blocks and thread counts;
-//  - residual_layernorm_forward == (h += res, then layernorm_forward).
+//  - residual_layernorm_forward == (h += res, then layernorm_forward);
+//  - the LayerNorm kernels (model/ln_rows*.cpp: rows in vector lanes, aligned row passes) ==
+//    the literal per-row csum definitions, on odd shapes (T, n not multiples of 16 or of B,
+//    n < B), blocks 1..300, every ISA path, 1-3 threads, misaligned buffers, residual and
+//    accumulate on and off.
 #include <catch2/catch.hpp>
 
 #include <cmath>
@@ -162,6 +166,135 @@ TEST_CASE("residual_layernorm_forward == residual add then layernorm_forward", "
       CHECK(same_bits(xh, xh_ref));
       CHECK(same_bits(rs, rs_ref));
       CHECK(same_bits(y, y_ref));
+    }
+  }
+}
+
+namespace {
+
+// The literal per-row definitions of model/ops.hpp, one row at a time with lockstep::csum, and
+// the parameter gradients as literal column csums (stride n) of the staged product and of dy.
+void layernorm_forward_literal(int B, const float* x, std::int64_t T, std::int64_t n,
+                               const float* w, const float* b, float eps, float* xhat, float* rstd,
+                               float* y) {
+  const float fn = static_cast<float>(n);
+  std::vector<float> c(static_cast<std::size_t>(n)), cc(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < T; ++t) {
+    const float* xr = x + t * n;
+    const float m = csum(xr, n, B) / fn;
+    for (std::int64_t k = 0; k < n; ++k) {
+      c[k] = xr[k] - m;
+      cc[k] = c[k] * c[k];
+    }
+    const float v = csum(cc.data(), n, B) / fn;
+    const float rs = 1.0f / std::sqrt(v + eps);
+    rstd[t] = rs;
+    for (std::int64_t k = 0; k < n; ++k) {
+      xhat[t * n + k] = c[k] * rs;
+      y[t * n + k] = xhat[t * n + k] * w[k] + b[k];
+    }
+  }
+}
+
+void layernorm_backward_literal(int B, const float* dy, const float* xhat, const float* rstd,
+                                const float* w, std::int64_t T, std::int64_t n, float* dx_out,
+                                bool accumulate, float* dw, float* db) {
+  std::vector<float> prod(static_cast<std::size_t>(T * n));
+  for (std::int64_t e = 0; e < T * n; ++e) prod[e] = dy[e] * xhat[e];
+  for (std::int64_t j = 0; j < n; ++j) {
+    dw[j] = csum(prod.data() + j, T, B, n);
+    db[j] = csum(dy + j, T, B, n);
+  }
+  const float fn = static_cast<float>(n);
+  std::vector<float> g(static_cast<std::size_t>(n)), gx(static_cast<std::size_t>(n));
+  for (std::int64_t t = 0; t < T; ++t) {
+    for (std::int64_t k = 0; k < n; ++k) {
+      g[k] = dy[t * n + k] * w[k];
+      gx[k] = g[k] * xhat[t * n + k];
+    }
+    const float c1 = csum(g.data(), n, B) / fn, c2 = csum(gx.data(), n, B) / fn;
+    for (std::int64_t k = 0; k < n; ++k) {
+      const float d = (g[k] - (xhat[t * n + k] * c2 + c1)) * rstd[t];
+      dx_out[t * n + k] = accumulate ? dx_out[t * n + k] + d : d;
+    }
+  }
+}
+
+// A copy of v starting `off` floats into its own buffer (so row starts take every alignment).
+struct Shifted {
+  std::vector<float> buf;
+  float* p;
+  Shifted(const std::vector<float>& v, std::size_t off) : buf(v.size() + 16) {
+    p = buf.data() + off;
+    std::copy(v.begin(), v.end(), p);
+  }
+  std::vector<float> get(std::size_t n) const { return std::vector<float>(p, p + n); }
+};
+
+}  // namespace
+
+TEST_CASE("LayerNorm kernels == the literal per-row csum definitions, every ISA path",
+          "[model][fused][layernorm]") {
+  const float eps = 1e-5f;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {
+      {1, 1}, {1, 5}, {3, 17}, {17, 40}, {33, 64}, {31, 100}, {48, 256}, {100, 130}, {130, 7}};
+  for (auto [T, n] : shapes) {
+    for (int B : {64, 7, 16, 1, 300}) {
+      const std::vector<float> x0 = randoms(T * n, 11, 3.0f), res = randoms(T * n, 12, 1.0f);
+      const std::vector<float> dy = randoms(T * n, 13, 0.5f), dx0 = randoms(T * n, 14, 1.0f);
+      const std::vector<float> w = randoms(n, 15, 1.5f), b = randoms(n, 16, 0.2f);
+      // References (literal definitions, no ISA, one thread).
+      std::vector<float> h_ref = x0;
+      for (std::int64_t e = 0; e < T * n; ++e) h_ref[e] = h_ref[e] + res[e];
+      std::vector<float> xh_ref(T * n), rs_ref(T), y_ref(T * n), xh_res_ref(T * n),
+          rs_res_ref(T), y_res_ref(T * n);
+      layernorm_forward_literal(B, x0.data(), T, n, w.data(), b.data(), eps, xh_ref.data(),
+                                rs_ref.data(), y_ref.data());
+      layernorm_forward_literal(B, h_ref.data(), T, n, w.data(), b.data(), eps,
+                                xh_res_ref.data(), rs_res_ref.data(), y_res_ref.data());
+      std::vector<float> dx_ref[2] = {dx0, dx0}, dw_ref[2], db_ref[2];
+      for (int acc = 0; acc < 2; ++acc) {
+        dw_ref[acc].resize(n);
+        db_ref[acc].resize(n);
+        layernorm_backward_literal(B, dy.data(), xh_ref.data(), rs_ref.data(), w.data(), T, n,
+                                   dx_ref[acc].data(), acc == 1, dw_ref[acc].data(),
+                                   db_ref[acc].data());
+      }
+      for (Isa isa : isas()) {
+        for (int threads : {1, 2, 3}) {
+          const KernelCtx ctx{isa, threads, B};
+          const std::size_t off = static_cast<std::size_t>(threads + 3 * static_cast<int>(isa));
+          INFO("isa " << isa_name(isa) << " threads " << threads << " B " << B << " T " << T
+                      << " n " << n << " offset " << off);
+          const std::size_t TN = static_cast<std::size_t>(T * n);
+          Shifted x(x0, off), xh(std::vector<float>(TN), (off + 5) % 16),
+              y(std::vector<float>(TN), (off + 9) % 16);
+          std::vector<float> rs(T);
+          layernorm_forward(ctx, x.p, T, n, w.data(), b.data(), eps, xh.p, rs.data(), y.p);
+          CHECK(same_bits(x.get(TN), x0));
+          CHECK(same_bits(xh.get(TN), xh_ref));
+          CHECK(same_bits(rs, rs_ref));
+          CHECK(same_bits(y.get(TN), y_ref));
+          Shifted h(x0, (off + 2) % 16), r(res, (off + 7) % 16);
+          residual_layernorm_forward(ctx, h.p, r.p, T, n, w.data(), b.data(), eps, xh.p,
+                                     rs.data(), y.p);
+          CHECK(same_bits(h.get(TN), h_ref));
+          CHECK(same_bits(xh.get(TN), xh_res_ref));
+          CHECK(same_bits(rs, rs_res_ref));
+          CHECK(same_bits(y.get(TN), y_res_ref));
+          for (int acc = 0; acc < 2; ++acc) {
+            Shifted dyv(dy, (off + 1) % 16), xhv(xh_ref, (off + 11) % 16),
+                dx(dx0, (off + 4) % 16);
+            std::vector<float> dw(n), db(n), scratch(TN);
+            layernorm_backward(ctx, dyv.p, xhv.p, rs_ref.data(), w.data(), T, n, dx.p, acc == 1,
+                               dw.data(), db.data(), scratch.data());
+            INFO("accumulate " << acc);
+            CHECK(same_bits(dx.get(TN), dx_ref[acc]));
+            CHECK(same_bits(dw, dw_ref[acc]));
+            CHECK(same_bits(db, db_ref[acc]));
+          }
+        }
+      }
     }
   }
 }

@@ -1,0 +1,546 @@
+// Private to model/ln_rows*.cpp: the LayerNorm row kernels, written once and compiled per ISA
+// path (ln_rows.cpp: baseline x86-64; ln_rows_avx2.cpp, ln_rows_avx512.cpp: wider vectors).
+// Row sums run ACROSS rows: a group of kL rows (one vector register's lanes: 16 on AVX-512, 8
+// on AVX2, 4 on the baseline SSE2 path) is transposed into a scratch tile (element k of row r
+// in lane r of vector k; register transposes, a plain loop for tails), and each lane runs
+// exactly its row's canonical sum (chains of B elements from -0.0 in order, leaves merged by
+// the binary counter): the bits of lockstep::csum. Four block chains of a row advance together
+// for overlap; the leaves are still pushed in block order. Element-wise passes run along
+// features with the literal operations (no FMA: -ffp-contract=off, no reassociation), their
+// vector body aligned to the output row. The fused backward also sums the parameter-gradient
+// column chains of each B-row block in the same pass (csum_rows' leaves, rows in order).
+// Everything lives in an anonymous namespace (one private copy per TU, no ODR clash).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <vector>
+
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#elif defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
+#include "model/ln_rows.hpp"
+#include "runtime/csum.hpp"
+
+// vf values never cross a TU boundary (anonymous namespace, exported functions take pointers),
+// so GCC's note that a vector wider than the TU's ISA "changes the ABI" would not apply (the
+// header is private to ln_rows*.cpp, so the pragma covers only those TUs).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+namespace lockstep::ln_detail {
+namespace {
+
+// Rows per group = the lanes of one vector register of the path (AVX-512: 16, AVX2: 8, SSE2: 4);
+// the grouping never changes bits (each lane is one row's own computation).
+#if defined(__AVX512F__)
+constexpr int kL = 16;
+#elif defined(__AVX2__)
+constexpr int kL = 8;
+#else
+constexpr int kL = 4;
+#endif
+typedef float vf __attribute__((vector_size(kL * sizeof(float))));
+
+#define LN_INLINE inline __attribute__((always_inline))
+
+LN_INLINE vf splat(float a) {
+  vf v;
+  for (int l = 0; l < kL; ++l) v[l] = a;
+  return v;
+}
+
+// The binary counter of runtime/csum_counter.hpp, one lane per row (all rows of a group have
+// the same length, so they push the same number of leaves).
+struct LaneCounter {
+  vf value[64];
+  int weight_log[64];
+  int n = 0;
+  LN_INLINE void push(vf v) {
+    int w = 0;
+    while (n > 0 && weight_log[n - 1] == w) {
+      v = value[--n] + v;
+      ++w;
+    }
+    value[n] = v;
+    weight_log[n++] = w;
+  }
+  LN_INLINE vf result() const {
+    if (n == 0) return splat(kAdditiveIdentity);
+    vf acc = value[n - 1];
+    for (int i = n - 2; i >= 0; --i) acc = value[i] + acc;
+    return acc;
+  }
+};
+
+// out[s] (s < NS) = per-lane csum over k in [0, n) of the terms f(k, terms) writes, block B.
+// Four full blocks advance together (their chains are independent); leaves are pushed in order.
+template <int NS, class F>
+LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf* out) {
+  LaneCounter c[NS];
+  const vf z = splat(kAdditiveIdentity);
+  std::int64_t lo = 0;
+  for (; lo + 4 * std::int64_t{B} <= n; lo += 4 * std::int64_t{B}) {
+    vf a[4][NS];
+    for (int j = 0; j < 4; ++j)
+      for (int s = 0; s < NS; ++s) a[j][s] = z;
+    for (std::int64_t o = 0; o < B; ++o)
+      for (int j = 0; j < 4; ++j) {
+        vf t[NS];
+        f(lo + j * std::int64_t{B} + o, t);
+        for (int s = 0; s < NS; ++s) a[j][s] = a[j][s] + t[s];
+      }
+    for (int j = 0; j < 4; ++j)
+      for (int s = 0; s < NS; ++s) c[s].push(a[j][s]);
+  }
+  for (; lo < n; lo += B) {
+    const std::int64_t hi = std::min<std::int64_t>(n, lo + B);
+    vf a[NS];
+    for (int s = 0; s < NS; ++s) a[s] = z;
+    for (std::int64_t k = lo; k < hi; ++k) {
+      vf t[NS];
+      f(k, t);
+      for (int s = 0; s < NS; ++s) a[s] = a[s] + t[s];
+    }
+    for (int s = 0; s < NS; ++s) c[s].push(a[s]);
+  }
+  for (int s = 0; s < NS; ++s) out[s] = c[s].result();
+}
+
+// dst[k][r] = src[r*ld + k] for r < rows, +0.0 for r >= rows (lanes of missing rows are
+// computed and discarded), k in [0, n).
+void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int64_t n, vf* dst) {
+  std::int64_t k0 = 0;
+#if defined(__AVX512F__)
+  if (rows == kL) {
+    for (; k0 + 16 <= n; k0 += 16) {
+      __m512 r[16], t[16];
+      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld + k0);
+      for (int i = 0; i < 8; ++i) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int i = 0; i < 4; ++i) {
+        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+      }
+      for (int h = 0; h < 2; ++h)
+        for (int i = 0; i < 4; ++i) {
+          t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
+          t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xdd);
+        }
+      for (int i = 0; i < 8; ++i) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
+        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
+      }
+      // r[i] now holds column k0 + i (lane j = row j).
+      for (int i = 0; i < 16; ++i) _mm512_store_ps(reinterpret_cast<float*>(dst + k0 + i), r[i]);
+    }
+  }
+#elif defined(__AVX2__)
+  if (rows == kL) {  // 8x8 transposes
+    for (; k0 + 8 <= n; k0 += 8) {
+      __m256 r[8], t[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld + k0);
+      for (int i = 0; i < 4; ++i) {
+        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+      }
+      for (int i = 0; i < 2; ++i) {
+        r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+      }
+      for (int i = 0; i < 4; ++i) {
+        t[i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x20);
+        t[4 + i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x31);
+      }
+      for (int i = 0; i < 8; ++i) _mm256_store_ps(reinterpret_cast<float*>(dst + k0 + i), t[i]);
+    }
+  }
+#elif defined(__SSE2__)
+  if (rows == kL) {  // 4x4 transposes
+    for (; k0 + 4 <= n; k0 += 4) {
+      __m128 r0 = _mm_loadu_ps(src + k0), r1 = _mm_loadu_ps(src + ld + k0),
+             r2 = _mm_loadu_ps(src + 2 * ld + k0), r3 = _mm_loadu_ps(src + 3 * ld + k0);
+      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
+      float* d0 = reinterpret_cast<float*>(dst + k0);
+      _mm_store_ps(d0, r0);
+      _mm_store_ps(d0 + kL, r1);
+      _mm_store_ps(d0 + 2 * kL, r2);
+      _mm_store_ps(d0 + 3 * kL, r3);
+    }
+  }
+#endif
+  float* d = reinterpret_cast<float*>(dst);
+  for (int r = 0; r < rows; ++r) {
+    const float* s = src + r * ld;
+    for (std::int64_t k = k0; k < n; ++k) d[k * kL + r] = s[k];
+  }
+  for (int r = rows; r < kL; ++r)
+    for (std::int64_t k = k0; k < n; ++k) d[k * kL + r] = 0.0f;
+}
+
+// Grow-only per-thread tile buffers (one set per TU, so per ISA path).
+vf* tile(int which, std::int64_t n) {
+  static thread_local std::vector<vf> buf[3];
+  if (buf[which].size() < static_cast<std::size_t>(n)) buf[which].resize(static_cast<std::size_t>(n));
+  return buf[which].data();
+}
+
+// The row-range loops below carry `#pragma GCC ivdep`: their arrays never overlap (ops.hpp's
+// aliasing rules; lw/lb are private accumulators), and with six streams GCC's run-time alias
+// checks would otherwise fall back to scalar code. Vectorizing them along k keeps each
+// element's operations as written.
+// Elements before p's next 64-byte boundary (at most n): the row passes run [0, head) and
+// [head, n) as two loops so the vector body's stores are aligned (std::vector buffers start
+// 16 bytes past a page; split stores cost a third of the forward). Same operations per element.
+LN_INLINE std::int64_t head_len(const void* p, std::int64_t n) {
+  const auto a = reinterpret_cast<std::uintptr_t>(p);
+  if (a % sizeof(float) != 0) return 0;
+  return std::min<std::int64_t>(n, static_cast<std::int64_t>((64 - a % 64) % 64 / sizeof(float)));
+}
+
+LN_INLINE void residual_range(float* hw, const float* rr, std::int64_t k0, std::int64_t k1) {
+#pragma GCC ivdep
+  for (std::int64_t k = k0; k < k1; ++k) hw[k] = hw[k] + rr[k];
+}
+
+// xhat = (x - mean)*rstd; y = xhat*w + b.
+LN_INLINE void forward_row_range(const float* xr, float m, float rs, const float* w,
+                                 const float* b, float* xh, float* yr, std::int64_t k0,
+                                 std::int64_t k1) {
+#pragma GCC ivdep
+  for (std::int64_t k = k0; k < k1; ++k) {
+    const float c = (xr[k] - m) * rs;
+    xh[k] = c;
+    yr[k] = c * w[k] + b[k];
+  }
+}
+
+// dx = (dy*w - (xhat*c2 + c1))*rstd, added to o when Acc.
+template <bool Acc>
+LN_INLINE void backward_row_range(const float* dr, const float* xh, const float* w, float c1,
+                                  float c2, float rs, float* o, std::int64_t k0, std::int64_t k1) {
+#pragma GCC ivdep
+  for (std::int64_t k = k0; k < k1; ++k) {
+    const float g = dr[k] * w[k];
+    const float d = (g - (xh[k] * c2 + c1)) * rs;
+    if constexpr (Acc)
+      o[k] = o[k] + d;
+    else
+      o[k] = d;
+  }
+}
+
+void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t r0,
+                       std::int64_t r1, std::int64_t n, const float* w, const float* b, float eps,
+                       int B, float* xhat, float* rstd, float* y) {
+  vf* xt = tile(0, n);
+  const vf fn = splat(static_cast<float>(n));
+  for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
+    if (res) {
+      float* hw = xw + t0 * n;
+      const float* rr = res + t0 * n;
+      const std::int64_t len = rows * n, h = head_len(hw, len);
+      residual_range(hw, rr, 0, h);
+      residual_range(hw, rr, h, len);
+    }
+    load_rows_transposed(x + t0 * n, n, rows, n, xt);
+    vf sum, sq;
+    lane_csum<1>(n, B, [xt](std::int64_t k, vf* t) { t[0] = xt[k]; }, &sum);
+    const vf mean = sum / fn;
+    lane_csum<1>(
+        n, B,
+        [xt, mean](std::int64_t k, vf* t) {
+          const vf c = xt[k] - mean;
+          t[0] = c * c;
+        },
+        &sq);
+    const vf var = sq / fn;
+    for (int r = 0; r < rows; ++r) {
+      const float m = mean[r];
+      const float rs = 1.0f / std::sqrt(var[r] + eps);
+      rstd[t0 + r] = rs;
+      const float* xr = x + (t0 + r) * n;
+      float* xh = xhat + (t0 + r) * n;
+      float* yr = y + (t0 + r) * n;
+      const std::int64_t h = head_len(yr, n);
+      forward_row_range(xr, m, rs, w, b, xh, yr, 0, h);
+      forward_row_range(xr, m, rs, w, b, xh, yr, h, n);
+    }
+  }
+}
+
+void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
+                        std::int64_t r0, std::int64_t r1, std::int64_t n, float* dx_out,
+                        bool accumulate, int B) {
+  vf* dt = tile(0, n);
+  vf* xt = tile(1, n);
+  const vf fn = splat(static_cast<float>(n));
+  for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
+    load_rows_transposed(dy + t0 * n, n, rows, n, dt);
+    load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
+    vf s[2];
+    lane_csum<2>(
+        n, B,
+        [dt, xt, w](std::int64_t k, vf* t) {
+          const vf g = dt[k] * w[k];
+          t[0] = g;
+          t[1] = g * xt[k];
+        },
+        s);
+    const vf c1v = s[0] / fn, c2v = s[1] / fn;
+    for (int r = 0; r < rows; ++r) {
+      const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
+      const float* dr = dy + (t0 + r) * n;
+      const float* xh = xhat + (t0 + r) * n;
+      float* o = dx_out + (t0 + r) * n;
+      const std::int64_t h = head_len(o, n);
+      if (accumulate) {
+        backward_row_range<true>(dr, xh, w, c1, c2, rs, o, 0, h);
+        backward_row_range<true>(dr, xh, w, c1, c2, rs, o, h, n);
+      } else {
+        backward_row_range<false>(dr, xh, w, c1, c2, rs, o, 0, h);
+        backward_row_range<false>(dr, xh, w, c1, c2, rs, o, h, n);
+      }
+    }
+  }
+}
+
+constexpr std::int64_t kColChunk = 64;
+
+// dw[j] = csum over rows t of (dy[t,j] * xhat[t,j]) and db[j] = csum over t of dy[t,j] for the
+// columns [j0, j0 + w), w <= kColChunk: the bits of csum_rows (runtime/csum.cpp) on the staged
+// product and on dy (per column a chain from -0.0 over each block of B rows, blocks merged by
+// the binary counter, the remaining levels folded from the top down). Full chunks take a
+// fixed-width loop the compiler vectorizes over columns.
+template <std::int64_t W>
+void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
+                       std::int64_t j0, std::int64_t wdyn, int B, float* dw, float* db) {
+  const std::int64_t w = W > 0 ? W : wdyn;
+  alignas(64) float lw[64][kColChunk], lb[64][kColChunk];
+  int weight_log[64];
+  alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
+  int depth = 0;
+  for (std::int64_t lo = 0; lo < T; lo += B) {
+    const std::int64_t hi = std::min<std::int64_t>(T, lo + B);
+    for (std::int64_t j = 0; j < w; ++j) leaf_w[j] = leaf_b[j] = kAdditiveIdentity;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const float* dr = dy + i * n + j0;
+      const float* xr = xhat + i * n + j0;
+      for (std::int64_t j = 0; j < w; ++j) {
+        const float prod = dr[j] * xr[j];
+        leaf_w[j] = leaf_w[j] + prod;
+        leaf_b[j] = leaf_b[j] + dr[j];
+      }
+    }
+    int wt = 0;
+    while (depth > 0 && weight_log[depth - 1] == wt) {
+      --depth;
+      for (std::int64_t j = 0; j < w; ++j) {
+        leaf_w[j] = lw[depth][j] + leaf_w[j];
+        leaf_b[j] = lb[depth][j] + leaf_b[j];
+      }
+      ++wt;
+    }
+    std::copy(leaf_w, leaf_w + w, lw[depth]);
+    std::copy(leaf_b, leaf_b + w, lb[depth]);
+    weight_log[depth++] = wt;
+  }
+  float* ow = dw + j0;
+  float* ob = db + j0;
+  if (depth == 0) {
+    std::fill(ow, ow + w, kAdditiveIdentity);
+    std::fill(ob, ob + w, kAdditiveIdentity);
+    return;
+  }
+  std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
+  std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
+  for (int l = depth - 2; l >= 0; --l)
+    for (std::int64_t j = 0; j < w; ++j) {
+      ow[j] = lw[l][j] + ow[j];
+      ob[j] = lb[l][j] + ob[j];
+    }
+}
+
+void param_grad_cols_impl(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
+                          std::int64_t j0, std::int64_t w, int B, float* dw, float* db) {
+  if (w == kColChunk)
+    param_grad_cols_w<kColChunk>(dy, xhat, T, n, j0, w, B, dw, db);
+  else
+    param_grad_cols_w<0>(dy, xhat, T, n, j0, w, B, dw, db);
+}
+
+// dx = (dy*w - (xhat*c2 + c1))*rstd (added to o when Acc) and, in the same pass, the column
+// chains lw[k] = lw[k] + dy*xhat, lb[k] = lb[k] + dy of the parameter-gradient leaves.
+template <bool Acc>
+LN_INLINE void backward_row_range_cols(const float* dr, const float* xh, const float* w, float c1,
+                                       float c2, float rs, float* o, float* lw, float* lb,
+                                       std::int64_t k0, std::int64_t k1) {
+#pragma GCC ivdep
+  for (std::int64_t k = k0; k < k1; ++k) {
+    const float g = dr[k] * w[k];
+    const float d = (g - (xh[k] * c2 + c1)) * rs;
+    if constexpr (Acc)
+      o[k] = o[k] + d;
+    else
+      o[k] = d;
+    const float prod = dr[k] * xh[k];
+    lw[k] = lw[k] + prod;
+    lb[k] = lb[k] + dr[k];
+  }
+}
+
+// Row blocks [u0, u1) of B rows each (block u = rows [u*B, min(T, u*B + B))): the input
+// gradient of backward_rows_impl, and per block the parameter-gradient leaves of csum_rows
+// (per column a chain over the block's rows in order from -0.0): leaves + u*2n holds the dw
+// leaf (n floats) then the db leaf. dy and xhat are read once for both.
+void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
+                          std::int64_t T, std::int64_t n, std::int64_t u0, std::int64_t u1,
+                          float* dx_out, bool accumulate, int B, float* leaves) {
+  vf* dt = tile(0, n);
+  vf* xt = tile(1, n);
+  vf* acc = tile(2, (2 * n + 48 + kL - 1) / kL + 1);
+  const vf fn = splat(static_cast<float>(n));
+  for (std::int64_t u = u0; u < u1; ++u) {
+    const std::int64_t lo = u * B, hi = std::min<std::int64_t>(T, lo + B);
+    // Column accumulators placed so lw + head and lb + head are 64-byte aligned when the dx
+    // rows are (head = head_len(dx row)); any placement gives the same bits.
+    const std::int64_t h0 = head_len(dx_out + lo * n, n);
+    const std::int64_t shift = (16 - h0) % 16;
+    const std::int64_t lb_off = (shift + n + 15) / 16 * 16 + shift;
+    float* lw = reinterpret_cast<float*>(acc) + shift;
+    float* lb = reinterpret_cast<float*>(acc) + lb_off;
+    for (std::int64_t k = 0; k < n; ++k) lw[k] = lb[k] = kAdditiveIdentity;
+    for (std::int64_t t0 = lo; t0 < hi; t0 += kL) {
+      const int rows = static_cast<int>(std::min<std::int64_t>(kL, hi - t0));
+      load_rows_transposed(dy + t0 * n, n, rows, n, dt);
+      load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
+      vf s[2];
+      lane_csum<2>(
+          n, B,
+          [dt, xt, w](std::int64_t k, vf* t) {
+            const vf g = dt[k] * w[k];
+            t[0] = g;
+            t[1] = g * xt[k];
+          },
+          s);
+      const vf c1v = s[0] / fn, c2v = s[1] / fn;
+      for (int r = 0; r < rows; ++r) {
+        const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
+        const float* dr = dy + (t0 + r) * n;
+        const float* xh = xhat + (t0 + r) * n;
+        float* o = dx_out + (t0 + r) * n;
+        const std::int64_t h = head_len(o, n);
+        if (accumulate) {
+          backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+          backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+        } else {
+          backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+          backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+        }
+      }
+    }
+    std::copy(lw, lw + n, leaves + u * 2 * n);
+    std::copy(lb, lb + n, leaves + u * 2 * n + n);
+  }
+}
+
+// dw[j], db[j] for columns [j0, j0 + w) (w <= kColChunk): the U block leaves of
+// backward_blocks_impl merged by csum_rows' binary counter (left + right as soon as equal
+// weights meet), the remaining levels folded from the top down; -0.0 when U == 0.
+template <std::int64_t W>
+void fold_leaves_w(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
+                   std::int64_t wdyn, float* dw, float* db) {
+  const std::int64_t w = W > 0 ? W : wdyn;
+  alignas(64) float lw[64][kColChunk], lb[64][kColChunk];
+  alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
+  int weight_log[64];
+  int depth = 0;
+  for (std::int64_t u = 0; u < U; ++u) {
+    const float* sw = leaves + u * 2 * n + j0;
+    const float* sb = sw + n;
+    for (std::int64_t j = 0; j < w; ++j) {
+      leaf_w[j] = sw[j];
+      leaf_b[j] = sb[j];
+    }
+    int wt = 0;
+    while (depth > 0 && weight_log[depth - 1] == wt) {
+      --depth;
+      for (std::int64_t j = 0; j < w; ++j) {
+        leaf_w[j] = lw[depth][j] + leaf_w[j];
+        leaf_b[j] = lb[depth][j] + leaf_b[j];
+      }
+      ++wt;
+    }
+    std::copy(leaf_w, leaf_w + w, lw[depth]);
+    std::copy(leaf_b, leaf_b + w, lb[depth]);
+    weight_log[depth++] = wt;
+  }
+  float* ow = dw + j0;
+  float* ob = db + j0;
+  if (depth == 0) {
+    std::fill(ow, ow + w, kAdditiveIdentity);
+    std::fill(ob, ob + w, kAdditiveIdentity);
+    return;
+  }
+  std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
+  std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
+  for (int l = depth - 2; l >= 0; --l)
+    for (std::int64_t j = 0; j < w; ++j) {
+      ow[j] = lw[l][j] + ow[j];
+      ob[j] = lb[l][j] + ob[j];
+    }
+}
+
+void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
+                      std::int64_t w, float* dw, float* db) {
+  if (w == kColChunk)
+    fold_leaves_w<kColChunk>(leaves, U, n, j0, w, dw, db);
+  else
+    fold_leaves_w<0>(leaves, U, n, j0, w, dw, db);
+}
+
+#undef LN_INLINE
+
+}  // namespace
+}  // namespace lockstep::ln_detail
+
+// Defines the exported entry points of one ISA path (used once per ln_rows*.cpp).
+#define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX)                                                           \
+  void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,        \
+                             std::int64_t r1, std::int64_t n, const float* w, const float* b,     \
+                             float eps, int B, float* xhat, float* rstd, float* y) {              \
+    forward_rows_impl(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                        \
+  }                                                                                               \
+  void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,              \
+                              const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,   \
+                              float* dx_out, bool accumulate, int B) {                            \
+    backward_rows_impl(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                      \
+  }                                                                                               \
+  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,               \
+                                std::int64_t n, std::int64_t j0, std::int64_t w, int B,           \
+                                float* dw, float* db) {                                           \
+    param_grad_cols_impl(dy, xhat, T, n, j0, w, B, dw, db);                                       \
+  }                                                                                               \
+  void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,            \
+                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,  \
+                                std::int64_t u1, float* dx_out, bool accumulate, int B,           \
+                                float* leaves) {                                                  \
+    backward_blocks_impl(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);         \
+  }                                                                                               \
+  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0, \
+                            std::int64_t w, float* dw, float* db) {                               \
+    fold_leaves_impl(leaves, U, n, j0, w, dw, db);                                                \
+  }
