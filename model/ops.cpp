@@ -1,5 +1,4 @@
 #include "model/ops.hpp"
-#include "runtime/csum_counter.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -10,30 +9,6 @@
 #include "runtime/philox_batch.hpp"
 
 namespace lockstep {
-
-namespace {
-constexpr int kR = 8;  // rows advanced together
-
-using RowCounters = csum_detail::RowCounters<kR>;
-}  // namespace
-
-void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld, int block,
-                   float* out) {
-  std::int64_t r0 = 0;
-  for (; r0 + kR <= rows; r0 += kR) {
-    RowCounters c;
-    for (std::int64_t lo = 0; lo < n; lo += block) {
-      const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
-      float acc[kR];
-      for (int r = 0; r < kR; ++r) acc[r] = kAdditiveIdentity;
-      for (std::int64_t k = lo; k < hi; ++k)
-        for (int r = 0; r < kR; ++r) acc[r] += X[(r0 + r) * ld + k];
-      for (int r = 0; r < kR; ++r) c.push(r, acc[r]);
-    }
-    for (int r = 0; r < kR; ++r) out[r0 + r] = c.result(r);
-  }
-  for (; r0 < rows; ++r0) out[r0] = csum(X + r0 * ld, n, block);
-}
 
 namespace {
 constexpr std::int64_t kLnRows = 16;  // rows of one work unit (a multiple of every path's lanes)

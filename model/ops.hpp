@@ -12,12 +12,6 @@
 
 namespace lockstep {
 
-// out[r] = csum(X[r*ld + 0 .. n)) for r in [0, rows), bit-identical to lockstep::csum; eight
-// rows advance together so their chains overlap (single thread; callers split rows). The
-// LayerNorm kernels no longer use it: model/ln_rows.hpp runs rows in vector lanes instead.
-void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld, int block,
-                   float* out);
-
 // LayerNorm over the last dimension (n features) of T rows, per row:
 //   mean = csum(x)/n; c = x - mean; var = csum(c*c)/n; rstd = 1/sqrt(var + eps);
 //   xhat = c * rstd; y = xhat * w + b   (no FMA anywhere).

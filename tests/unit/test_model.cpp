@@ -1,5 +1,5 @@
 // Single-process tests of the GPT model (model/gpt.hpp, model/param_table.hpp, model/ops.hpp,
-// parallel/vocab_parallel.hpp): the parameter table, row csums and the sparse token-axis
+// parallel/vocab_parallel.hpp): the parameter table and the sparse token-axis
 // embedding gradient against literal definitions, and the G3 properties that need no MPI:
 // one microbatch of 4 sequences == 4 microbatches of 1 merged with BinaryCounter (loss and
 // every gradient term, bitwise), 1 thread == 2 threads, every ISA path, forward_loss ==
@@ -85,21 +85,6 @@ TEST_CASE("parameter table: names, shapes, partitions, terms, order") {
   CHECK_FALSE(model_invariance_reason(c, 4, 64, 1).empty());  // d/tp = 32 < one block
   CHECK_FALSE(model_invariance_reason(c, 3, 16, 1).empty());
   CHECK_THROWS(validate_model_config(c, 3));
-}
-
-TEST_CASE("csum_each_row equals csum per row") {
-  for (std::int64_t n : {1, 7, 64, 100, 256}) {
-    for (int B : {1, 4, 16, 64}) {
-      const std::int64_t rows = 19, ld = n + 3;
-      const auto x = mixed_floats(static_cast<std::size_t>(rows * ld), 11 + n);
-      std::vector<float> out(rows);
-      csum_each_row(x.data(), rows, n, ld, B, out.data());
-      for (std::int64_t r = 0; r < rows; ++r) {
-        const float want = csum(x.data() + r * ld, n, B);
-        CHECK(std::memcmp(&want, &out[r], 4) == 0);
-      }
-    }
-  }
 }
 
 TEST_CASE("token_row_grad equals the literal masked dense csum over tokens") {
