@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "model/attn_gemm.hpp"
+#include "runtime/transpose_avx512.hpp"
 
 namespace lockstep::attn_gemm_detail {
 namespace {
@@ -19,33 +20,6 @@ constexpr int R = 8;  // output rows per register tile
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
-}
-
-// dst[c * ldd + j] = src[j * lds + c] for j, c < 16 (a 16 x 16 transpose; data moves only).
-void transpose16(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
-  __m512 r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * lds);
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {
-    r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-    r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-    r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-    r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-  }
-  for (int i = 0; i < 4; ++i) {
-    t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-    t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-    t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-    t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-  }
-  for (int i = 0; i < 8; ++i) {
-    r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-    r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_ps(dst + i * ldd, r[i]);
 }
 
 // An R x (NV * 16) register tile. Chains: element (r, v*16 + l) accumulates
@@ -214,7 +188,7 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
   float* xt = scratch;  // xt[c * C + j] = X[j, c]
   for (std::int64_t j0 = 0; j0 < C; j0 += 16)
     for (std::int64_t c0 = 0; c0 < hd; c0 += 16)
-      transpose16(X + j0 * ldx + c0, ldx, xt + c0 * C + j0, C);
+      simd::transpose16_avx512(X + j0 * ldx + c0, ldx, xt + c0 * C + j0, C);
   for (std::int64_t i0 = 0; i0 < C; i0 += R) {
     // Columns [0, jend) cover j <= i for every row of the tile.
     const std::int64_t jend = std::min(C, ceil_div(i0 + R, 16) * 16);

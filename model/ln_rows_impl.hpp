@@ -192,7 +192,8 @@ void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int6
 // Grow-only per-thread tile buffers (one set per TU, so per ISA path).
 vf* tile(int which, std::int64_t n) {
   static thread_local std::vector<vf> buf[3];
-  if (buf[which].size() < static_cast<std::size_t>(n)) buf[which].resize(static_cast<std::size_t>(n));
+  if (buf[which].size() < static_cast<std::size_t>(n))
+    buf[which].resize(static_cast<std::size_t>(n));
   return buf[which].data();
 }
 
@@ -215,9 +216,8 @@ LN_INLINE void residual_range(float* hw, const float* rr, std::int64_t k0, std::
 }
 
 // xhat = (x - mean)*rstd; y = xhat*w + b.
-LN_INLINE void forward_row_range(const float* xr, float m, float rs, const float* w,
-                                 const float* b, float* xh, float* yr, std::int64_t k0,
-                                 std::int64_t k1) {
+LN_INLINE void forward_row_range(const float* xr, float m, float rs, const float* w, const float* b,
+                                 float* xh, float* yr, std::int64_t k0, std::int64_t k1) {
 #pragma GCC ivdep
   for (std::int64_t k = k0; k < k1; ++k) {
     const float c = (xr[k] - m) * rs;
@@ -257,7 +257,8 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
     }
     load_rows_transposed(x + t0 * n, n, rows, n, xt);
     vf sum, sq;
-    lane_csum<1>(n, B, [xt](std::int64_t k, vf* t) { t[0] = xt[k]; }, &sum);
+    lane_csum<1>(
+        n, B, [xt](std::int64_t k, vf* t) { t[0] = xt[k]; }, &sum);
     const vf mean = sum / fn;
     lane_csum<1>(
         n, B,
@@ -320,31 +321,15 @@ void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, c
 
 constexpr std::int64_t kColChunk = 64;
 
-// dw[j] = csum over rows t of (dy[t,j] * xhat[t,j]) and db[j] = csum over t of dy[t,j] for the
-// columns [j0, j0 + w), w <= kColChunk: the bits of csum_rows (runtime/csum.cpp) on the staged
-// product and on dy (per column a chain from -0.0 over each block of B rows, blocks merged by
-// the binary counter, the remaining levels folded from the top down). Full chunks take a
-// fixed-width loop the compiler vectorizes over columns.
-template <std::int64_t W>
-void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
-                       std::int64_t j0, std::int64_t wdyn, int B, float* dw, float* db) {
-  const std::int64_t w = W > 0 ? W : wdyn;
+// csum_rows' binary counter for a pair of column chunks (dw and db leaves, w <= kColChunk
+// columns): push merges left + right as soon as equal weights meet; finish folds the remaining
+// levels from the top down into ow/ob (-0.0 when nothing was pushed).
+struct ColPairCounter {
   alignas(64) float lw[64][kColChunk], lb[64][kColChunk];
   int weight_log[64];
-  alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
   int depth = 0;
-  for (std::int64_t lo = 0; lo < T; lo += B) {
-    const std::int64_t hi = std::min<std::int64_t>(T, lo + B);
-    for (std::int64_t j = 0; j < w; ++j) leaf_w[j] = leaf_b[j] = kAdditiveIdentity;
-    for (std::int64_t i = lo; i < hi; ++i) {
-      const float* dr = dy + i * n + j0;
-      const float* xr = xhat + i * n + j0;
-      for (std::int64_t j = 0; j < w; ++j) {
-        const float prod = dr[j] * xr[j];
-        leaf_w[j] = leaf_w[j] + prod;
-        leaf_b[j] = leaf_b[j] + dr[j];
-      }
-    }
+  // leaf_w / leaf_b are consumed (they hold the merged subtree afterwards).
+  LN_INLINE void push(float* leaf_w, float* leaf_b, std::int64_t w) {
     int wt = 0;
     while (depth > 0 && weight_log[depth - 1] == wt) {
       --depth;
@@ -358,20 +343,48 @@ void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::
     std::copy(leaf_b, leaf_b + w, lb[depth]);
     weight_log[depth++] = wt;
   }
-  float* ow = dw + j0;
-  float* ob = db + j0;
-  if (depth == 0) {
-    std::fill(ow, ow + w, kAdditiveIdentity);
-    std::fill(ob, ob + w, kAdditiveIdentity);
-    return;
-  }
-  std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
-  std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
-  for (int l = depth - 2; l >= 0; --l)
-    for (std::int64_t j = 0; j < w; ++j) {
-      ow[j] = lw[l][j] + ow[j];
-      ob[j] = lb[l][j] + ob[j];
+  LN_INLINE void finish(float* ow, float* ob, std::int64_t w) const {
+    if (depth == 0) {
+      std::fill(ow, ow + w, kAdditiveIdentity);
+      std::fill(ob, ob + w, kAdditiveIdentity);
+      return;
     }
+    std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
+    std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
+    for (int l = depth - 2; l >= 0; --l)
+      for (std::int64_t j = 0; j < w; ++j) {
+        ow[j] = lw[l][j] + ow[j];
+        ob[j] = lb[l][j] + ob[j];
+      }
+  }
+};
+
+// dw[j] = csum over rows t of (dy[t,j] * xhat[t,j]) and db[j] = csum over t of dy[t,j] for the
+// columns [j0, j0 + w), w <= kColChunk: the bits of csum_rows (runtime/csum.cpp) on the staged
+// product and on dy (per column a chain from -0.0 over each block of B rows, blocks merged by
+// the binary counter, the remaining levels folded from the top down). Full chunks take a
+// fixed-width loop the compiler vectorizes over columns.
+template <std::int64_t W>
+void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
+                       std::int64_t j0, std::int64_t wdyn, int B, float* dw, float* db) {
+  const std::int64_t w = W > 0 ? W : wdyn;
+  ColPairCounter counter;
+  alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
+  for (std::int64_t lo = 0; lo < T; lo += B) {
+    const std::int64_t hi = std::min<std::int64_t>(T, lo + B);
+    for (std::int64_t j = 0; j < w; ++j) leaf_w[j] = leaf_b[j] = kAdditiveIdentity;
+    for (std::int64_t i = lo; i < hi; ++i) {
+      const float* dr = dy + i * n + j0;
+      const float* xr = xhat + i * n + j0;
+      for (std::int64_t j = 0; j < w; ++j) {
+        const float prod = dr[j] * xr[j];
+        leaf_w[j] = leaf_w[j] + prod;
+        leaf_b[j] = leaf_b[j] + dr[j];
+      }
+    }
+    counter.push(leaf_w, leaf_b, w);
+  }
+  counter.finish(dw + j0, db + j0, w);
 }
 
 void param_grad_cols_impl(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
@@ -464,10 +477,8 @@ template <std::int64_t W>
 void fold_leaves_w(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
                    std::int64_t wdyn, float* dw, float* db) {
   const std::int64_t w = W > 0 ? W : wdyn;
-  alignas(64) float lw[64][kColChunk], lb[64][kColChunk];
+  ColPairCounter counter;
   alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
-  int weight_log[64];
-  int depth = 0;
   for (std::int64_t u = 0; u < U; ++u) {
     const float* sw = leaves + u * 2 * n + j0;
     const float* sb = sw + n;
@@ -475,33 +486,9 @@ void fold_leaves_w(const float* leaves, std::int64_t U, std::int64_t n, std::int
       leaf_w[j] = sw[j];
       leaf_b[j] = sb[j];
     }
-    int wt = 0;
-    while (depth > 0 && weight_log[depth - 1] == wt) {
-      --depth;
-      for (std::int64_t j = 0; j < w; ++j) {
-        leaf_w[j] = lw[depth][j] + leaf_w[j];
-        leaf_b[j] = lb[depth][j] + leaf_b[j];
-      }
-      ++wt;
-    }
-    std::copy(leaf_w, leaf_w + w, lw[depth]);
-    std::copy(leaf_b, leaf_b + w, lb[depth]);
-    weight_log[depth++] = wt;
+    counter.push(leaf_w, leaf_b, w);
   }
-  float* ow = dw + j0;
-  float* ob = db + j0;
-  if (depth == 0) {
-    std::fill(ow, ow + w, kAdditiveIdentity);
-    std::fill(ob, ob + w, kAdditiveIdentity);
-    return;
-  }
-  std::copy(lw[depth - 1], lw[depth - 1] + w, ow);
-  std::copy(lb[depth - 1], lb[depth - 1] + w, ob);
-  for (int l = depth - 2; l >= 0; --l)
-    for (std::int64_t j = 0; j < w; ++j) {
-      ow[j] = lw[l][j] + ow[j];
-      ob[j] = lb[l][j] + ob[j];
-    }
+  counter.finish(dw + j0, db + j0, w);
 }
 
 void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
@@ -518,29 +505,29 @@ void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::
 }  // namespace lockstep::ln_detail
 
 // Defines the exported entry points of one ISA path (used once per ln_rows*.cpp).
-#define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX)                                                           \
-  void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,        \
-                             std::int64_t r1, std::int64_t n, const float* w, const float* b,     \
-                             float eps, int B, float* xhat, float* rstd, float* y) {              \
-    forward_rows_impl(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                        \
-  }                                                                                               \
-  void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,              \
-                              const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,   \
-                              float* dx_out, bool accumulate, int B) {                            \
-    backward_rows_impl(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                      \
-  }                                                                                               \
-  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,               \
-                                std::int64_t n, std::int64_t j0, std::int64_t w, int B,           \
-                                float* dw, float* db) {                                           \
-    param_grad_cols_impl(dy, xhat, T, n, j0, w, B, dw, db);                                       \
-  }                                                                                               \
-  void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,            \
-                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,  \
-                                std::int64_t u1, float* dx_out, bool accumulate, int B,           \
-                                float* leaves) {                                                  \
-    backward_blocks_impl(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);         \
-  }                                                                                               \
-  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0, \
-                            std::int64_t w, float* dw, float* db) {                               \
-    fold_leaves_impl(leaves, U, n, j0, w, dw, db);                                                \
+#define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX)                                                            \
+  void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,         \
+                             std::int64_t r1, std::int64_t n, const float* w, const float* b,      \
+                             float eps, int B, float* xhat, float* rstd, float* y) {               \
+    forward_rows_impl(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                         \
+  }                                                                                                \
+  void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,               \
+                              const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,    \
+                              float* dx_out, bool accumulate, int B) {                             \
+    backward_rows_impl(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                       \
+  }                                                                                                \
+  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,                \
+                                std::int64_t n, std::int64_t j0, std::int64_t w, int B, float* dw, \
+                                float* db) {                                                       \
+    param_grad_cols_impl(dy, xhat, T, n, j0, w, B, dw, db);                                        \
+  }                                                                                                \
+  void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,             \
+                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,   \
+                                std::int64_t u1, float* dx_out, bool accumulate, int B,            \
+                                float* leaves) {                                                   \
+    backward_blocks_impl(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);          \
+  }                                                                                                \
+  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,  \
+                            std::int64_t w, float* dw, float* db) {                                \
+    fold_leaves_impl(leaves, U, n, j0, w, dw, db);                                                 \
   }
