@@ -24,6 +24,9 @@
 #endif
 
 #include "model/ln_rows.hpp"
+#if defined(__AVX512F__)
+#include "runtime/transpose_avx512.hpp"
+#endif
 #include "runtime/csum.hpp"
 
 // vf values never cross a TU boundary (anonymous namespace, exported functions take pointers),
@@ -115,35 +118,9 @@ LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf* out) {
 void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int64_t n, vf* dst) {
   std::int64_t k0 = 0;
 #if defined(__AVX512F__)
-  if (rows == kL) {
-    for (; k0 + 16 <= n; k0 += 16) {
-      __m512 r[16], t[16];
-      for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(src + i * ld + k0);
-      for (int i = 0; i < 8; ++i) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-      }
-      for (int i = 0; i < 4; ++i) {
-        const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);
-        const __m512d c = _mm512_castps_pd(t[4 * i + 2]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i + 0] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
-      }
-      for (int h = 0; h < 2; ++h)
-        for (int i = 0; i < 4; ++i) {
-          t[8 * h + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0x88);
-          t[8 * h + 4 + i] = _mm512_shuffle_f32x4(r[8 * h + i], r[8 * h + 4 + i], 0xdd);
-        }
-      for (int i = 0; i < 8; ++i) {
-        r[i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0x88);
-        r[8 + i] = _mm512_shuffle_f32x4(t[i], t[8 + i], 0xdd);
-      }
-      // r[i] now holds column k0 + i (lane j = row j).
-      for (int i = 0; i < 16; ++i) _mm512_store_ps(reinterpret_cast<float*>(dst + k0 + i), r[i]);
-    }
-  }
+  if (rows == kL)  // dst vector k0 + i = column k0 + i (lane j = row j)
+    for (; k0 + 16 <= n; k0 += 16)
+      simd::transpose16_avx512(src + k0, ld, reinterpret_cast<float*>(dst + k0), kL);
 #elif defined(__AVX2__)
   if (rows == kL) {  // 8x8 transposes
     for (; k0 + 8 <= n; k0 += 8) {
@@ -282,6 +259,26 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
   }
 }
 
+// The row statistics of the input gradient for rows [t0, t0 + rows) (one lane per row):
+// c1 = csum(g)/n and c2 = csum(g*xhat)/n with g = dy*w; dt, xt: tiles of n vectors.
+LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const float* w,
+                                    std::int64_t t0, int rows, std::int64_t n, int B, vf* dt,
+                                    vf* xt, vf fn, vf& c1v, vf& c2v) {
+  load_rows_transposed(dy + t0 * n, n, rows, n, dt);
+  load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
+  vf s[2];
+  lane_csum<2>(
+      n, B,
+      [dt, xt, w](std::int64_t k, vf* t) {
+        const vf g = dt[k] * w[k];
+        t[0] = g;
+        t[1] = g * xt[k];
+      },
+      s);
+  c1v = s[0] / fn;
+  c2v = s[1] / fn;
+}
+
 void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
                         std::int64_t r0, std::int64_t r1, std::int64_t n, float* dx_out,
                         bool accumulate, int B) {
@@ -290,18 +287,8 @@ void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, c
   const vf fn = splat(static_cast<float>(n));
   for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
     const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
-    load_rows_transposed(dy + t0 * n, n, rows, n, dt);
-    load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
-    vf s[2];
-    lane_csum<2>(
-        n, B,
-        [dt, xt, w](std::int64_t k, vf* t) {
-          const vf g = dt[k] * w[k];
-          t[0] = g;
-          t[1] = g * xt[k];
-        },
-        s);
-    const vf c1v = s[0] / fn, c2v = s[1] / fn;
+    vf c1v, c2v;
+    backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
     for (int r = 0; r < rows; ++r) {
       const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
       const float* dr = dy + (t0 + r) * n;
@@ -438,18 +425,8 @@ void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd,
     for (std::int64_t k = 0; k < n; ++k) lw[k] = lb[k] = kAdditiveIdentity;
     for (std::int64_t t0 = lo; t0 < hi; t0 += kL) {
       const int rows = static_cast<int>(std::min<std::int64_t>(kL, hi - t0));
-      load_rows_transposed(dy + t0 * n, n, rows, n, dt);
-      load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
-      vf s[2];
-      lane_csum<2>(
-          n, B,
-          [dt, xt, w](std::int64_t k, vf* t) {
-            const vf g = dt[k] * w[k];
-            t[0] = g;
-            t[1] = g * xt[k];
-          },
-          s);
-      const vf c1v = s[0] / fn, c2v = s[1] / fn;
+      vf c1v, c2v;
+      backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
       for (int r = 0; r < rows; ++r) {
         const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
         const float* dr = dy + (t0 + r) * n;
