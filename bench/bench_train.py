@@ -196,6 +196,47 @@ def md_table(configs, peak, fpt, n_matmul, meta):
     return "\n".join(lines)
 
 
+def paired_rounds(runs, summary):
+    """Ratios within each round (its configurations ran within a minute or two of each other,
+    so the VM's slow drift mostly cancels): PyTorch at its best layout / lockstep invariant at
+    its best layout (best = lowest median over all rounds), and invariant / fast - 1 per layout.
+    Returns per-round lists and their medians."""
+    def best(impl, mode):
+        cs = [c for c in summary if c["impl"] == impl and c["mode"] == mode]
+        return min(cs, key=lambda c: c["ms_median"])["config"] if cs else None
+    by_round = {}
+    for r in runs:
+        by_round.setdefault(r["round"], {})[r["config"]] = r["ms_median"]
+    inv, torch = best("lockstep", "invariant"), best("pytorch", "-")
+    out = {"invariant_best": inv, "pytorch_best": torch, "speedup_vs_pytorch": [], "tax": {}}
+    for rnd in sorted(by_round):
+        ms = by_round[rnd]
+        if inv in ms and torch in ms:
+            out["speedup_vs_pytorch"].append(round(ms[torch] / ms[inv], 3))
+        for c in ms:
+            if c.startswith("lockstep/invariant/"):
+                fast = c.replace("/invariant/", "/fast/")
+                if fast in ms:
+                    out["tax"].setdefault(c.split("/")[-1], []).append(round(ms[c] / ms[fast] - 1, 4))
+    sp = out["speedup_vs_pytorch"]
+    out["speedup_vs_pytorch_median"] = round(statistics.median(sp), 3) if sp else None
+    out["tax_median"] = {k: round(statistics.median(v), 4) for k, v in out["tax"].items()}
+    return out
+
+
+def paired_text(p):
+    lines = []
+    if p["speedup_vs_pytorch"]:
+        lines.append(f"per round, {p['invariant_best']} vs {p['pytorch_best']}: "
+                     + ", ".join(f"{x:.2f}x" for x in p["speedup_vs_pytorch"])
+                     + f" (median {p['speedup_vs_pytorch_median']:.2f}x)")
+    for layout, v in p["tax"].items():
+        lines.append(f"per round, invariant vs fast at {layout}: "
+                     + ", ".join(f"{100 * x:+.1f}%" for x in v)
+                     + f" (median {100 * p['tax_median'][layout]:+.1f}%)")
+    return "\n".join(lines)
+
+
 def main():
     a = parse_args()
     a.lockstep = str(Path(a.lockstep).resolve())
@@ -281,18 +322,23 @@ def main():
             s["tax"] = round(s["ms_median"] / fast["ms_median"] - 1, 4)
     for s in summary:
         print(json.dumps(s), flush=True)
+    paired = paired_rounds(runs, summary)
+    print(json.dumps({"bench": "train_paired", **paired}), flush=True)
     peak_rec = {"threads2_max": peak, "threads2_all": peak2, "threads1_all": peak1,
                 "isa": peaks[0].get("isa")}
     meta["elapsed_s"] = round(time.time() - t_start, 1)
     meta["loadavg_end"] = os.getloadavg()
     print()
     print(md_table(summary, peak, fpt, n_matmul, meta))
+    print()
+    print(paired_text(paired))
     print(f"\nelapsed {meta['elapsed_s']} s; load average {meta['loadavg_start'][0]:.1f} at "
           f"start, {meta['loadavg_end'][0]:.1f} at end (2 cores: above ~2 means a shared, "
           f"noisy machine)")
     if a.out:
         Path(a.out).write_text(json.dumps(
-            {"meta": meta, "peak": peak_rec, "runs": runs, "configs": summary}, indent=1) + "\n")
+            {"meta": meta, "peak": peak_rec, "runs": runs, "configs": summary, "paired": paired},
+            indent=1) + "\n")
 
 
 if __name__ == "__main__":
