@@ -12,7 +12,7 @@ bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, 
 
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B) {
   const std::int64_t nbt = (C + B - 1) / B;
-  const std::int64_t tile = 8 * hd;  // attn_gemm_avx512.cpp's R x hd register tile
+  const std::int64_t tile = attn_gemm_detail::kTileRows * hd;  // one register tile
   const std::int64_t depth = std::bit_width(static_cast<std::uint64_t>(nbt)) + 2;
   return std::max(hd * C, (nbt + 1 + depth) * tile);
 }

@@ -48,6 +48,8 @@ void causal_suffix(std::int64_t C, std::int64_t hd, int B, bool tree, const floa
                    const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch);
 
 namespace attn_gemm_detail {
+// Output rows per register tile of the kernels (their scratch size depends on it).
+inline constexpr int kTileRows = 8;
 void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
                           const float* X, std::int64_t ldx, float* S, float* scratch);
 void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,

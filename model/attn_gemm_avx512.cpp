@@ -16,7 +16,7 @@
 namespace lockstep::attn_gemm_detail {
 namespace {
 
-constexpr int R = 8;  // output rows per register tile
+constexpr int R = kTileRows;  // output rows per register tile
 
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;

@@ -644,7 +644,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       A.qkv_fused = A.qkv_fused && !m.pt(Impl::id(l, op));
     if (A.qkv_fused) {
       ensure(A.qkv, T * 3 * dl);
-      ensure(m.lin3_scratch, linear3_scratch_floats(T, d, dl));
+      ensure(m.lin3_scratch, linear3_scratch_floats(tp_, T, d, dl));
       linear3_forward(tp_, A.a1.data(), T, d,
                       {{P(I.q), P(I.k), P(I.v)}, {P(I.qb), P(I.kb), P(I.vb)}}, dl, A.qkv.data(),
                       m.lin3_scratch.data());
@@ -989,7 +989,7 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       m.obs->record(m.op_name[Impl::id(l, kDkBwd)], attn_in, cs(m.dk));
     }
     if (A.qkv_fused) {
-      ensure(m.lin3_scratch, linear3_scratch_floats(T, d, dl));
+      ensure(m.lin3_scratch, linear3_scratch_floats(tp_, T, d, dl));
       linear3_backward(tp_, A.a1.data(), m.dqkv.data(), T, d,
                        {{P(I.q), P(I.k), P(I.v)}, {P(I.qb), P(I.kb), P(I.vb)}}, dl,
                        {{G(I.q), G(I.k), G(I.v)}, {G(I.qb), G(I.kb), G(I.vb)}}, m.dy.data(),

@@ -20,8 +20,9 @@ const float* concat(const Linear3& lin, std::int64_t out_l, std::int64_t in, flo
 }
 }  // namespace
 
-std::int64_t linear3_scratch_floats(std::int64_t T, std::int64_t in, std::int64_t out_l) {
-  return 3 * out_l * (in + 1) + 3 * T * in;
+std::int64_t linear3_scratch_floats(const TpContext& tp, std::int64_t T, std::int64_t in,
+                                    std::int64_t out_l) {
+  return 3 * out_l * (in + 1) + (linear3_single_dgrad(tp, out_l) ? 0 : 3 * T * in);
 }
 
 bool linear3_single_dgrad(const TpContext& tp, std::int64_t out_l) {

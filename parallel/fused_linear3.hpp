@@ -35,12 +35,14 @@ struct Linear3Grads {
 void linear3_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
                      const Linear3& lin, std::int64_t out_l, float* Y, float* scratch);
 // dY [T, 3 out_l] laid out as Y. Writes the weight and bias gradients and dX [T, in], complete
-// over TP (copy_to_tp_backward done). scratch: 3 out_l (in + 1) + 3 T in floats.
+// over TP (copy_to_tp_backward done). scratch: linear3_scratch_floats floats.
 void linear3_backward(const TpContext& tp, const float* X, const float* dY, std::int64_t T,
                       std::int64_t in, const Linear3& lin, std::int64_t out_l,
                       const Linear3Grads& grads, float* dX, float* scratch);
-// Floats of scratch linear3_backward needs (linear3_forward needs less).
-std::int64_t linear3_scratch_floats(std::int64_t T, std::int64_t in, std::int64_t out_l);
+// Floats of scratch linear3_backward needs (linear3_forward needs less): the concatenated
+// weights and biases, plus the three partial input gradients when they are not one GEMM.
+std::int64_t linear3_scratch_floats(const TpContext& tp, std::int64_t T, std::int64_t in,
+                                    std::int64_t out_l);
 // True when linear3_backward's input gradient is one GEMM (see the header comment).
 bool linear3_single_dgrad(const TpContext& tp, std::int64_t out_l);
 

@@ -2,8 +2,8 @@
 // replace (notes/README-perf.md):
 //  - math::gelu_tanh_and_grad == math::gelu_tanh + math::gelu_tanh_grad, on every ISA path of
 //    this CPU, in place (g == x) or not, any length (vector tails), special values included;
-//  - layernorm_backward (one parallel region, dw/db by column chunks) == the staged definition
-//    (product buffer, csum_rows, row pass) for several T, n, blocks and thread counts;
+//  - layernorm_backward == the literal definition
+//    (column csums of dy*xhat and dy, row csums) for several T, n, blocks and thread counts;
 //  - residual_layernorm_forward == (h += res, then layernorm_forward);
 //  - the LayerNorm kernels (model/ln_rows*.cpp: rows in vector lanes, aligned row passes) ==
 //    the literal per-row csum definitions, on odd shapes (T, n not multiples of 16 or of B,
@@ -45,31 +45,11 @@ std::vector<float> randoms(std::int64_t n, std::uint64_t stream, float scale) {
   return v;
 }
 
-// The definition layernorm_backward had before it was fused (model/ops.hpp).
-void layernorm_backward_staged(const KernelCtx& ctx, const float* dy, const float* xhat,
-                               const float* rstd, const float* w, std::int64_t T, std::int64_t n,
-                               float* dx_out, bool accumulate, float* dw, float* db) {
-  std::vector<float> prod(static_cast<std::size_t>(T * n));
-  for (std::int64_t e = 0; e < T * n; ++e) prod[e] = dy[e] * xhat[e];
-  csum_rows(ctx, prod.data(), T, n, n, dw);
-  csum_rows(ctx, dy, T, n, n, db);
-  const float fn = static_cast<float>(n);
-  std::vector<float> g(static_cast<std::size_t>(n)), gx(static_cast<std::size_t>(n));
-  for (std::int64_t t = 0; t < T; ++t) {
-    for (std::int64_t k = 0; k < n; ++k) {
-      g[k] = dy[t * n + k] * w[k];
-      gx[k] = g[k] * xhat[t * n + k];
-    }
-    const float c1 = csum(g.data(), n, ctx.reduce_block) / fn;
-    const float c2 = csum(gx.data(), n, ctx.reduce_block) / fn;
-    const float rs = rstd[t];
-    float* o = dx_out + t * n;
-    for (std::int64_t k = 0; k < n; ++k) {
-      const float v = (g[k] - (xhat[t * n + k] * c2 + c1)) * rs;
-      o[k] = accumulate ? o[k] + v : v;
-    }
-  }
-}
+// The literal LayerNorm backward (defined with the forward's literal twin below; per-row and
+// per-column csum with block B): the definition every fused path is checked against.
+void layernorm_backward_literal(int B, const float* dy, const float* xhat, const float* rstd,
+                                const float* w, std::int64_t T, std::int64_t n, float* dx_out,
+                                bool accumulate, float* dw, float* db);
 
 }  // namespace
 
@@ -114,7 +94,7 @@ TEST_CASE("gelu_tanh_and_grad == gelu_tanh and gelu_tanh_grad, every ISA path", 
   }
 }
 
-TEST_CASE("fused layernorm_backward == the staged definition bit for bit", "[model][fused]") {
+TEST_CASE("fused layernorm_backward == the literal definition bit for bit", "[model][fused]") {
   const float eps = 1e-5f;
   for (Isa isa : isas()) {
     for (int threads : {1, 2, 3}) {
@@ -133,8 +113,8 @@ TEST_CASE("fused layernorm_backward == the staged definition bit for bit", "[mod
           for (bool acc : {false, true}) {
             std::vector<float> dx_ref = randoms(T * n, 6, 1.0f), dx = dx_ref;
             std::vector<float> dw_ref(n), db_ref(n), dw(n), db(n), scratch(T * n);
-            layernorm_backward_staged(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n,
-                                      dx_ref.data(), acc, dw_ref.data(), db_ref.data());
+            layernorm_backward_literal(block, dy.data(), xhat.data(), rstd.data(), w.data(), T, n,
+                                       dx_ref.data(), acc, dw_ref.data(), db_ref.data());
             layernorm_backward(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n, dx.data(),
                                acc, dw.data(), db.data(), scratch.data());
             INFO("isa " << static_cast<int>(isa) << " threads " << threads << " block " << block
@@ -246,12 +226,12 @@ TEST_CASE("LayerNorm kernels == the literal per-row csum definitions, every ISA 
       // References (literal definitions, no ISA, one thread).
       std::vector<float> h_ref = x0;
       for (std::int64_t e = 0; e < T * n; ++e) h_ref[e] = h_ref[e] + res[e];
-      std::vector<float> xh_ref(T * n), rs_ref(T), y_ref(T * n), xh_res_ref(T * n),
-          rs_res_ref(T), y_res_ref(T * n);
+      std::vector<float> xh_ref(T * n), rs_ref(T), y_ref(T * n), xh_res_ref(T * n), rs_res_ref(T),
+          y_res_ref(T * n);
       layernorm_forward_literal(B, x0.data(), T, n, w.data(), b.data(), eps, xh_ref.data(),
                                 rs_ref.data(), y_ref.data());
-      layernorm_forward_literal(B, h_ref.data(), T, n, w.data(), b.data(), eps,
-                                xh_res_ref.data(), rs_res_ref.data(), y_res_ref.data());
+      layernorm_forward_literal(B, h_ref.data(), T, n, w.data(), b.data(), eps, xh_res_ref.data(),
+                                rs_res_ref.data(), y_res_ref.data());
       std::vector<float> dx_ref[2] = {dx0, dx0}, dw_ref[2], db_ref[2];
       for (int acc = 0; acc < 2; ++acc) {
         dw_ref[acc].resize(n);
@@ -276,15 +256,14 @@ TEST_CASE("LayerNorm kernels == the literal per-row csum definitions, every ISA 
           CHECK(same_bits(rs, rs_ref));
           CHECK(same_bits(y.get(TN), y_ref));
           Shifted h(x0, (off + 2) % 16), r(res, (off + 7) % 16);
-          residual_layernorm_forward(ctx, h.p, r.p, T, n, w.data(), b.data(), eps, xh.p,
-                                     rs.data(), y.p);
+          residual_layernorm_forward(ctx, h.p, r.p, T, n, w.data(), b.data(), eps, xh.p, rs.data(),
+                                     y.p);
           CHECK(same_bits(h.get(TN), h_ref));
           CHECK(same_bits(xh.get(TN), xh_res_ref));
           CHECK(same_bits(rs, rs_res_ref));
           CHECK(same_bits(y.get(TN), y_res_ref));
           for (int acc = 0; acc < 2; ++acc) {
-            Shifted dyv(dy, (off + 1) % 16), xhv(xh_ref, (off + 11) % 16),
-                dx(dx0, (off + 4) % 16);
+            Shifted dyv(dy, (off + 1) % 16), xhv(xh_ref, (off + 11) % 16), dx(dx0, (off + 4) % 16);
             std::vector<float> dw(n), db(n), scratch(TN);
             layernorm_backward(ctx, dyv.p, xhv.p, rs_ref.data(), w.data(), T, n, dx.p, acc == 1,
                                dw.data(), db.data(), scratch.data());
