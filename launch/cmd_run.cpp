@@ -32,6 +32,8 @@
 #include "launch/validate.hpp"
 #include "lockstep/build_info.hpp"
 #include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/isa.hpp"
 
 namespace lockstep::cli {
 namespace {
@@ -162,8 +164,12 @@ int run(RunOptions o) {
   std::vector<std::pair<std::string, std::string>> envs = {{"OMP_NUM_THREADS", threads},
                                                            {"OPENBLAS_NUM_THREADS", threads}};
   // OpenMP places only where our own kernels run the threads: OpenBLAS's pthreads inherit a
-  // pinned master thread's single core (NOTES.md), so fast mode keeps OpenMP unpinned.
-  if (bind != "none" && cfg.run.determinism != "fast")
+  // pinned master thread's single core (NOTES.md), so fast mode keeps OpenMP unpinned when
+  // its GEMM is OpenBLAS's (a CPU without AVX-512 here; the ranks run on alike hosts).
+  const bool openblas_threads =
+      cfg.run.determinism == "fast" &&
+      fastest_gemm_impl(parse_isa(cfg.run.isa)) == GemmImpl::openblas;
+  if (bind != "none" && !openblas_threads)
     envs.insert(envs.end(), {{"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "cores"}});
   if (build_info::kCuda && cfg.run.determinism != "fast")
     envs.insert(

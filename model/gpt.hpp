@@ -48,7 +48,7 @@
 // microbatch draws exactly the single-process bits. Inverted dropout: kept * 1/(1-p).
 //
 // deterministic mode: GemmImpl::chain and vendor MPI_Allreduce for TP reductions (G1/G2);
-// fast: fastest_gemm_impl() + vendor. The csums stay canonical in every mode (they are cheap).
+// fast: fastest_gemm_impl(isa) + vendor. The csums stay canonical in every mode (they are cheap).
 //
 // Op trace and debug.perturb (set_observer, runtime/op_observer.hpp): while the observer is
 // recording, every op of forward and backward records itself under a run-independent name

@@ -13,7 +13,7 @@ TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx)
   validate(ctx_);
   impl_ = mode == Determinism::invariant       ? GemmImpl::canonical
           : mode == Determinism::deterministic ? GemmImpl::chain
-                                               : fastest_gemm_impl();
+                                               : fastest_gemm_impl(ctx_.isa);
   if (grid_) {
     size_ = grid_->tp_size();
     rank_ = grid_->tp_rank();

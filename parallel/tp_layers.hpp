@@ -13,7 +13,7 @@
 //    subtree of the single-process GEMM's K (= out features) under the same condition, and the
 //    copy-to-TP backward tree-allreduces it.
 // deterministic mode: GemmImpl::chain + vendor MPI_Allreduce (G1/G2); fast:
-// fastest_gemm_impl() + vendor allreduce. With TP=1 (or no grid) nothing is communicated.
+// fastest_gemm_impl(isa) + vendor allreduce. With TP=1 (or no grid) nothing is communicated.
 // Weight and bias gradients are OVERWRITTEN (they are one microbatch's subtree over tokens:
 // canonical GEMM TN over the microbatch's tokens; csum_rows for biases).
 // debug.perturb (runtime/op_observer.hpp): the `perturb` flags below make one GEMM run as the

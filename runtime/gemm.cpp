@@ -103,11 +103,17 @@ GemmImpl parse_gemm_impl(std::string_view name) {
        "use one of canonical, chain, eigen, openblas, reference");
 }
 
-// Fast mode uses OpenBLAS: measured with bench_gemm on the model shapes (4096x{256,1024}x256,
-// 4096x256x1024, 256x{256,1024}x4096 TN) it beats Eigen 3.4 at 1 and 2 threads on this
-// machine class (see the bench report in the GEMM issue for the table).
-GemmImpl fastest_gemm_impl() {
-  return GemmImpl::openblas;
+// Fast mode's GEMM, measured with bench_gemm on bench-small's shapes (M = 2048 rows at np 2,
+// 4096 at np 1: NT forward, NN input gradient, TN weight gradient), `--clock cpu`:
+//  * AVX-512 (Sapphire Rapids, OpenBLAS 0.3.21 SkylakeX kernels): at 1 thread chain and
+//    OpenBLAS are within +-5% of each other per shape (chain 105-145 GFLOP/s, OpenBLAS
+//    101-139); at 2 threads chain is 8-40% faster (e.g. 1024x256x256 NN 267 vs 177), and
+//    OpenBLAS's own pthread pool competes with the OpenMP threads of the rest of the step.
+//    So chain (one FMA chain per element: deterministic, the fastest recipe we have).
+//  * AVX2 only: OpenBLAS's Haswell kernels are ~1.5x our AVX2 chain (72 vs 41 GFLOP/s at
+//    2048x768x256 NT, 1 thread), so OpenBLAS.
+GemmImpl fastest_gemm_impl(Isa isa) {
+  return isa == Isa::avx512 ? GemmImpl::chain : GemmImpl::openblas;
 }
 
 std::string gemm_vendor_info() {
@@ -168,7 +174,7 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
     case GemmImpl::eigen:
       check(isa_supported(Isa::avx512),
             "gemm: the eigen implementation is built for AVX-512 only and this CPU lacks it",
-            "use openblas (fast mode's default) or canonical");
+            "use openblas or canonical");
       return eigen_avx512(g);
     case GemmImpl::openblas:
       return gemm_openblas(g);

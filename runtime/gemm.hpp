@@ -5,7 +5,8 @@
 //                                   (DESIGN.md section 2, runtime/csum.hpp): each block an FMA
 //                                   chain from -0.0, blocks combined by the pairwise tree T.
 //   chain      (deterministic mode) one FMA chain from -0.0 over the whole K per element.
-//   eigen, openblas (fast mode)     vendor GEMMs; not bitwise reproducible across layouts.
+//   eigen, openblas                 vendor GEMMs; not bitwise reproducible across layouts.
+//   fast mode runs fastest_gemm_impl(isa): chain or openblas, whichever measured faster.
 //   reference                       the canonical contract written out literally (scalar).
 //
 // Determinism contract: canonical returns the bits of `reference` for every ISA path, thread
@@ -32,9 +33,10 @@ enum class GemmImpl { canonical, chain, eigen, openblas, reference };
 const char* gemm_impl_name(GemmImpl impl);
 // "canonical", "chain", "eigen", "openblas", "reference"; throws lockstep::Error otherwise.
 GemmImpl parse_gemm_impl(std::string_view name);
-// Fast mode's GEMM: the vendor library that measured fastest on the model shapes (see the
-// comment at the definition in gemm.cpp for the numbers).
-GemmImpl fastest_gemm_impl();
+// Fast mode's GEMM on a CPU whose kernels run the ISA path `isa`: the implementation that
+// measured fastest on the model shapes (see the comment at the definition in gemm.cpp for
+// the numbers): chain on AVX-512, OpenBLAS otherwise.
+GemmImpl fastest_gemm_impl(Isa isa);
 
 // C[M,N] = op(A)[M,K] . op(B)[K,N]; C is overwritten.
 // ta == N: A is stored M x K (lda >= K); ta == T: A is stored K x M (lda >= M).
