@@ -3,7 +3,9 @@
 // determinism tax. One warm-up run, then T trials; each trial runs every mode once, in an
 // order rotated by one per trial (so drift on a noisy machine hits every mode alike). A run's
 // figure is the median of its steady-state step times (metrics.jsonl "ms", the first S steps
-// skipped); per mode: the median over trials, min and max, and the tax against fast.
+// skipped); per mode: the median over trials, min and max, and the tax against fast, both
+// from the medians and paired (per trial: this mode's run over fast's run of the same trial,
+// which ran within a minute of it; median, min and max of those ratios).
 // Modes: fast | deterministic | invariant (verify.replica_check_interval=0 in all three),
 // invariant+verify (replica check every step), invariant+optrace (that plus verify.ops over
 // all steps).
@@ -144,8 +146,8 @@ int tax(const TaxOptions& o) {
                      {"loadavg_end", load_end}};
   const bool has_fast = per_mode.count("fast") > 0;
   const double fast = has_fast ? median(per_mode["fast"]) : 0;
-  std::printf("\n%-20s %12s %12s %12s %10s\n", "mode", "median ms", "min ms", "max ms",
-              "tax vs fast");
+  std::printf("\n%-20s %12s %12s %12s %12s %24s\n", "mode", "median ms", "min ms", "max ms",
+              "tax vs fast", "paired: median (range)");
   j["modes"] = nlohmann::ordered_json::array();
   for (const auto& m : modes) {
     const auto& v = per_mode[m];
@@ -157,20 +159,30 @@ int tax(const TaxOptions& o) {
     e["min_ms"] = lo;
     e["max_ms"] = hi;
     e["trial_medians_ms"] = v;
-    char taxs[32] = "-";
+    char taxs[32] = "-", paired[64] = "-";
     if (has_fast) {
       const double pct = 100.0 * (med / fast - 1.0);
       e["tax_pct"] = pct;
       std::snprintf(taxs, sizeof taxs, "%+.1f%%", pct);
+      // Trial t of every mode is per_mode[mode][t]: modes run in trial order.
+      std::vector<double> per_trial;
+      for (std::size_t t = 0; t < v.size(); ++t)
+        per_trial.push_back(100.0 * (v[t] / per_mode["fast"][t] - 1.0));
+      const double pmed = median(per_trial);
+      const auto [plo, phi] = std::minmax_element(per_trial.begin(), per_trial.end());
+      e["paired_tax_pct"] = {{"median", pmed}, {"min", *plo}, {"max", *phi},
+                             {"per_trial", per_trial}};
+      std::snprintf(paired, sizeof paired, "%+.1f%% (%+.1f..%+.1f)", pmed, *plo, *phi);
     } else {
       e["tax_pct"] = nullptr;
+      e["paired_tax_pct"] = nullptr;
     }
     j["modes"].push_back(e);
-    std::printf("%-20s %12.1f %12.1f %12.1f %10s\n", m.c_str(), med, lo, hi, taxs);
+    std::printf("%-20s %12.1f %12.1f %12.1f %12s %24s\n", m.c_str(), med, lo, hi, taxs, paired);
   }
   std::printf(
-      "(median over %d trials of each run's median step time, steps %d..%d; load average "
-      "%s at the start, %s at the end)\n",
+      "(median over %d trials of each run's median step time, steps %d..%d; paired: the same "
+      "trial's runs compared; load average %s at the start, %s at the end)\n",
       o.trials, o.skip + 1, o.steps, load_start.c_str(), load_end.c_str());
   const std::string json_path = o.json.empty() ? o.out + "/tax.json" : o.json;
   std::ofstream f(json_path);

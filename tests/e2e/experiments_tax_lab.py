@@ -51,7 +51,16 @@ if part == "tax":
         expect(len(m["trial_medians_ms"]) == 2 and m["min_ms"] <= m["median_ms"] <= m["max_ms"]
                and m["min_ms"] > 0, f"{m['mode']}: 2 trials, 0 < min <= median <= max")
         expect(isinstance(m["tax_pct"], float), f"{m['mode']}: tax_pct is a number")
+        p = m["paired_tax_pct"]
+        fast_ms = j["modes"][0]["trial_medians_ms"]
+        want = [100.0 * (x / f - 1.0) for x, f in zip(m["trial_medians_ms"], fast_ms)]
+        expect(len(p["per_trial"]) == 2 and
+               all(abs(a - b) < 1e-9 for a, b in zip(p["per_trial"], want)) and
+               p["min"] <= p["median"] <= p["max"],
+               f"{m['mode']}: paired tax = its trial medians over fast's, trial by trial", p)
     expect(j["modes"][0]["tax_pct"] == 0.0, "fast's tax against itself is 0")
+    expect(j["modes"][0]["paired_tax_pct"]["per_trial"] == [0.0, 0.0],
+           "fast's paired tax against itself is 0 in every trial")
     expect("loadavg_start" in j["conditions"], "the machine's load is recorded")
     expect("tax vs fast" in res.stdout and "[9/9]" in res.stdout, "table and progress printed",
            res.stdout)
