@@ -27,6 +27,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
 #include "runtime/hash.hpp"
 #include "verify/fingerprint.hpp"
@@ -320,9 +321,10 @@ int train(const config::Config& cfg_in, Context& mpi) {
     files = open_run_dir(cfg, resume_dir.empty() ? -1 : start_step);
     std::printf(
         "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
-        "%d thread(s), %s, ISA %s\n",
+        "%d thread(s), %s, ISA %s, GEMM %s\n",
         cfg.run.determinism.c_str(), world.size(), grid.tp_size(), dp, static_cast<long long>(mb),
-        static_cast<long long>(n_mb), kctx.threads, cfg.run.out.c_str(), isa_name(kctx.isa));
+        static_cast<long long>(n_mb), kctx.threads, cfg.run.out.c_str(), isa_name(kctx.isa),
+        gemm_impl_name(model.tp().gemm_impl()));
     std::printf(
         "  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld, context %lld, "
         "%lld parameters\n",
