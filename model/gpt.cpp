@@ -361,10 +361,16 @@ class CausalGemms {
       }
     return bad == 0;
   }
+  // y[c] == 0.0f (+0 or -0) for some c, as an integer test on the bits so that the loop
+  // vectorizes (a float compare OR-ed into a bool compiled to a scalar cmov chain).
   static bool has_zero(const float* y, std::int64_t n) {
-    bool z = false;
-    for (std::int64_t c = 0; c < n; ++c) z |= y[c] == 0.0f;
-    return z;
+    std::uint32_t z = 0;
+    for (std::int64_t c = 0; c < n; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, y + c, 4);
+      z |= (u & 0x7fffffffu) == 0;
+    }
+    return z != 0;
   }
 
   const TpContext& tp_;
