@@ -14,7 +14,9 @@ std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B) {
   const std::int64_t nbt = (C + B - 1) / B;
   const std::int64_t tile = attn_gemm_detail::kTileRows * hd;  // one register tile
   const std::int64_t depth = std::bit_width(static_cast<std::uint64_t>(nbt)) + 2;
-  return std::max(hd * C, (nbt + 1 + depth) * tile);
+  // scores: X transposed (C * hd); prefix / suffix: a contiguous copy of X (C * hd), then the
+  // tree's tiles (leaves, result, one per recursion depth).
+  return hd * C + (nbt + 1 + depth) * tile;
 }
 
 void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,

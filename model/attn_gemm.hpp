@@ -34,7 +34,8 @@ namespace lockstep {
 // True when the fused kernels apply: AVX-512 path, C a multiple of 16, hd in {16, 32, 48, 64},
 // and (tree mode) hd <= B so that a score is one canonical leaf.
 bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, bool tree);
-// Floats of per-thread scratch the kernels need for (C, hd, B).
+// Floats of per-thread scratch the kernels need for (C, hd, B) (prefix and suffix copy X
+// into it when ldx != hd).
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B);
 
 // S [C, C] (ld C) from A [C, hd] (lda) and X [C, hd] (ldx).

@@ -167,6 +167,18 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
   }
 }
 
+// X [C, hd] rows ldx floats apart: the q/k/v buffer (ldx = 3 d_model) and dO (ldx = d_model)
+// put them at a few 4 KiB-periodic offsets, so a head's slice maps to a handful of L1 sets and
+// every tile re-reads it from L2. The kernels read a contiguous copy instead (buf, C * hd
+// floats): prefix and suffix ran 20-25% faster at C 256, hd 32, ldx 768 (a plain copy: the same
+// bits).
+const float* contiguous_rows(const float* X, std::int64_t ldx, std::int64_t C, std::int64_t hd,
+                             float* buf) {
+  if (ldx == hd) return X;
+  for (std::int64_t i = 0; i < C; ++i) std::memcpy(buf + i * hd, X + i * ldx, hd * sizeof(float));
+  return buf;
+}
+
 template <class F>
 void by_nv(std::int64_t hd, F&& f) {
   switch (hd / 16) {
@@ -201,13 +213,17 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
 void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
                           float* scratch) {
-  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, X, ldx, Y, ldy, scratch); });
+  const float* x = contiguous_rows(X, ldx, C, hd, scratch);
+  float* rest = scratch + C * hd;
+  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, x, hd, Y, ldy, rest); });
 }
 
 void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
                           float* scratch) {
-  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, X, ldx, Y, ldy, scratch); });
+  const float* x = contiguous_rows(X, ldx, C, hd, scratch);
+  float* rest = scratch + C * hd;
+  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest); });
 }
 
 }  // namespace lockstep::attn_gemm_detail
