@@ -13,7 +13,8 @@
 //   dot = cdot(P[i, 0..n), G[i, 0..n)); G[i, j] = (P[i, j] * (G[i, j] - dot)) * scale for
 //   j <= i, +0.0 for j > i.
 // csum / cdot are runtime/csum.hpp's canonical sums with block ctx.reduce_block; eight rows are
-// reduced together so their chains overlap. ctx.threads is ignored (single thread).
+// reduced together so their chains overlap (on AVX-512 with the block a multiple of 16: sixteen
+// rows in the lanes of a vector). ctx.threads is ignored (single thread).
 #pragma once
 
 #include <cstdint>

@@ -13,6 +13,11 @@
 #include "runtime/csum.hpp"
 #include "runtime/csum_counter.hpp"
 #include "runtime/transcendental.hpp"
+#if defined(__AVX512F__)
+#include <immintrin.h>
+
+#include "runtime/transpose_avx512.hpp"
+#endif
 
 namespace lockstep::attn_detail {
 namespace {
@@ -56,6 +61,52 @@ void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::i
   for (int r = 0; r < kG; ++r) out[r] = c.result(r);
 }
 
+#if defined(__AVX512F__)
+// The same sums for 16 rows i0 .. i0+15 (a, b point at row i0) with the rows in the lanes of
+// a vector (the AVX-512 path; i0 and B multiples of 16, i0 + 16 <= the row stride ld): 16 x 16
+// blocks are transposed so that step k of every row's chain is one (masked) vector add or
+// fma, in increasing k from -0.0 per leaf, lanes past their row's end left unchanged. With
+// i0 and B multiples of 16 every leaf starts at or before i0, so every lane (row) has the same
+// leaves, merged by the binary counter of csum_counter.hpp on vectors: each lane is exactly
+// the scalar row's sum.
+template <bool Dot>
+void causal_group16_reduce(const float* a, const float* b, std::int64_t ld, std::int64_t i0,
+                           int B, float* out) {
+  const std::int64_t maxlen = i0 + 16;
+  alignas(64) float ta[16 * 16], tb[16 * 16];
+  __m512 value[64];
+  std::int64_t weight[64];
+  int n = 0;
+  const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  for (std::int64_t lo = 0; lo < maxlen; lo += B) {
+    const std::int64_t hi = std::min<std::int64_t>(maxlen, lo + B);
+    __m512 acc = _mm512_set1_ps(kAdditiveIdentity);
+    for (std::int64_t k0 = lo; k0 < hi; k0 += 16) {
+      simd::transpose16_avx512(a + k0, ld, ta, 16);
+      if constexpr (Dot) simd::transpose16_avx512(b + k0, ld, tb, 16);
+      for (int kk = 0; kk < 16; ++kk) {
+        // lane r takes step k while k <= i0 + r, i.e. r >= k - i0
+        const std::int64_t first = k0 + kk - i0;
+        const __mmask16 m = first <= 0 ? __mmask16(0xFFFF)
+                                       : _mm512_cmpge_epi32_mask(
+                                             lane, _mm512_set1_epi32(static_cast<int>(first)));
+        const __m512 x = _mm512_load_ps(ta + kk * 16);
+        if constexpr (Dot)
+          acc = _mm512_mask3_fmadd_ps(x, _mm512_load_ps(tb + kk * 16), acc, m);
+        else
+          acc = _mm512_mask_add_ps(acc, m, acc, x);
+      }
+    }
+    std::int64_t w = 1;
+    while (n > 0 && weight[n - 1] == w) acc = _mm512_add_ps(value[--n], acc), w *= 2;
+    value[n] = acc, weight[n++] = w;
+  }
+  __m512 acc = value[n - 1];  // fold from the right
+  for (int i = n - 2; i >= 0; --i) acc = _mm512_add_ps(value[i], acc);
+  _mm512_storeu_ps(out, acc);
+}
+#endif
+
 // max over s[0..n) by m = s[j] > m ? s[j] : m from m = s[0]; lanes keep the same semantics up
 // to the sign of a zero maximum (see attn_rows.hpp for why that sign never matters).
 inline float row_max(const float* s, std::int64_t n) {
@@ -71,38 +122,58 @@ inline float row_max(const float* s, std::int64_t n) {
   return m;
 }
 
+// Softmax row i before its sum: scale, subtract the row max, exp (in place, n = i + 1).
+inline void softmax_row_pre(const KernelCtx& ctx1, float* s, std::int64_t n, float scale) {
+  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
+  const float mx = row_max(s, n);
+  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] - mx;
+  math::exp(ctx1, s, s, n);
+}
+// ... and after it: divide by the sum, zero the masked tail.
+inline void softmax_row_post(float* s, std::int64_t n, std::int64_t C, float sum) {
+  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / sum;
+  std::fill(s + n, s + C, 0.0f);
+}
+// Softmax backward row: g = (p * (g - dot)) * scale, masked tail zeroed.
+inline void softmax_backward_row_post(const float* pr, float* g, std::int64_t n, std::int64_t C,
+                                      float d, float scale) {
+  for (std::int64_t j = 0; j < n; ++j) g[j] = (pr[j] * (g[j] - d)) * scale;
+  std::fill(g + n, g + C, 0.0f);
+}
+// Whether rows [i, i + 16) can take causal_group16_reduce.
+inline bool group16_ok(std::int64_t i, std::int64_t C, int B) {
+#if defined(__AVX512F__)
+  return i % 16 == 0 && B % 16 == 0 && i + 16 <= C;
+#else
+  (void)i, (void)C, (void)B;
+  return false;
+#endif
+}
+
 void softmax_rows_impl(const KernelCtx& ctx1, float* S, std::int64_t C, std::int64_t r0,
                        std::int64_t r1, float scale) {
   const int B = ctx1.reduce_block;
   std::int64_t i = r0;
-  for (; i + kG <= r1; i += kG) {
-    for (int r = 0; r < kG; ++r) {
-      float* s = S + (i + r) * C;
-      const std::int64_t n = i + r + 1;
-      for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
-      const float mx = row_max(s, n);
-      for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] - mx;
-      math::exp(ctx1, s, s, n);
+  while (i < r1) {
+    float sum[16];
+    int rows = 0;
+    if (i + 16 <= r1 && group16_ok(i, C, B)) {
+      rows = 16;
+      for (int r = 0; r < rows; ++r) softmax_row_pre(ctx1, S + (i + r) * C, i + r + 1, scale);
+#if defined(__AVX512F__)
+      causal_group16_reduce<false>(S + i * C, nullptr, C, i, B, sum);
+#endif
+    } else if (i + kG <= r1) {
+      rows = kG;
+      for (int r = 0; r < rows; ++r) softmax_row_pre(ctx1, S + (i + r) * C, i + r + 1, scale);
+      causal_group_reduce<false>(S + i * C, nullptr, C, i, B, sum);
+    } else {
+      rows = 1;
+      softmax_row_pre(ctx1, S + i * C, i + 1, scale);
+      sum[0] = csum(S + i * C, i + 1, B);
     }
-    float sum[kG];
-    causal_group_reduce<false>(S + i * C, nullptr, C, i, B, sum);
-    for (int r = 0; r < kG; ++r) {
-      float* s = S + (i + r) * C;
-      const std::int64_t n = i + r + 1;
-      for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / sum[r];
-      std::fill(s + n, s + C, 0.0f);
-    }
-  }
-  for (; i < r1; ++i) {
-    float* s = S + i * C;
-    const std::int64_t n = i + 1;
-    for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
-    const float mx = row_max(s, n);
-    for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] - mx;
-    math::exp(ctx1, s, s, n);
-    const float sum = csum(s, n, B);
-    for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / sum;
-    std::fill(s + n, s + C, 0.0f);
+    for (int r = 0; r < rows; ++r) softmax_row_post(S + (i + r) * C, i + r + 1, C, sum[r]);
+    i += rows;
   }
 }
 
@@ -110,22 +181,24 @@ void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G,
                                 std::int64_t r0, std::int64_t r1, float scale) {
   const int B = ctx1.reduce_block;
   std::int64_t i = r0;
-  float dot[kG];
-  for (; i < r1; i += kG) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(kG, r1 - i));
-    if (rows == kG) {
+  while (i < r1) {
+    float dot[16];
+    int rows = 0;
+    if (i + 16 <= r1 && group16_ok(i, C, B)) {
+      rows = 16;
+#if defined(__AVX512F__)
+      causal_group16_reduce<true>(P + i * C, G + i * C, C, i, B, dot);
+#endif
+    } else if (i + kG <= r1) {
+      rows = kG;
       causal_group_reduce<true>(P + i * C, G + i * C, C, i, B, dot);
     } else {
-      for (int r = 0; r < rows; ++r) dot[r] = cdot(P + (i + r) * C, G + (i + r) * C, i + r + 1, B);
+      rows = 1;
+      dot[0] = cdot(P + i * C, G + i * C, i + 1, B);
     }
-    for (int r = 0; r < rows; ++r) {
-      const float* pr = P + (i + r) * C;
-      float* g = G + (i + r) * C;
-      const std::int64_t n = i + r + 1;
-      const float d = dot[r];
-      for (std::int64_t j = 0; j < n; ++j) g[j] = (pr[j] * (g[j] - d)) * scale;
-      std::fill(g + n, g + C, 0.0f);
-    }
+    for (int r = 0; r < rows; ++r)
+      softmax_backward_row_post(P + (i + r) * C, G + (i + r) * C, i + r + 1, C, dot[r], scale);
+    i += rows;
   }
 }
 
