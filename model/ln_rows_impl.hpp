@@ -279,31 +279,42 @@ LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const fl
   c2v = s[1] / fn;
 }
 
+// Rows [r0, r1) of the backward in groups of kL: the group's row statistics, then per row
+// row_fn(dy row, xhat row, dx row, c1, c2, rstd, head) with head = head_len(dx row) (the
+// kernels run [0, head) and [head, n) so that the second part's stores are aligned).
+template <class RowFn>
+LN_INLINE void backward_groups(const float* dy, const float* xhat, const float* rstd,
+                               const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,
+                               int B, vf* dt, vf* xt, vf fn, float* dx_out, RowFn&& row_fn) {
+  for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
+    const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
+    vf c1v, c2v;
+    backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
+    for (int r = 0; r < rows; ++r) {
+      float* o = dx_out + (t0 + r) * n;
+      row_fn(dy + (t0 + r) * n, xhat + (t0 + r) * n, o, c1v[r], c2v[r], rstd[t0 + r],
+             head_len(o, n));
+    }
+  }
+}
+
 void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
                         std::int64_t r0, std::int64_t r1, std::int64_t n, float* dx_out,
                         bool accumulate, int B) {
   vf* dt = tile(0, n);
   vf* xt = tile(1, n);
   const vf fn = splat(static_cast<float>(n));
-  for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
-    const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
-    vf c1v, c2v;
-    backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
-    for (int r = 0; r < rows; ++r) {
-      const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
-      const float* dr = dy + (t0 + r) * n;
-      const float* xh = xhat + (t0 + r) * n;
-      float* o = dx_out + (t0 + r) * n;
-      const std::int64_t h = head_len(o, n);
-      if (accumulate) {
-        backward_row_range<true>(dr, xh, w, c1, c2, rs, o, 0, h);
-        backward_row_range<true>(dr, xh, w, c1, c2, rs, o, h, n);
-      } else {
-        backward_row_range<false>(dr, xh, w, c1, c2, rs, o, 0, h);
-        backward_row_range<false>(dr, xh, w, c1, c2, rs, o, h, n);
-      }
-    }
-  }
+  backward_groups(dy, xhat, rstd, w, r0, r1, n, B, dt, xt, fn, dx_out,
+                  [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
+                      std::int64_t h) {
+                    if (accumulate) {
+                      backward_row_range<true>(dr, xh, w, c1, c2, rs, o, 0, h);
+                      backward_row_range<true>(dr, xh, w, c1, c2, rs, o, h, n);
+                    } else {
+                      backward_row_range<false>(dr, xh, w, c1, c2, rs, o, 0, h);
+                      backward_row_range<false>(dr, xh, w, c1, c2, rs, o, h, n);
+                    }
+                  });
 }
 
 constexpr std::int64_t kColChunk = 64;
@@ -423,25 +434,17 @@ void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd,
     float* lw = reinterpret_cast<float*>(acc) + shift;
     float* lb = reinterpret_cast<float*>(acc) + lb_off;
     for (std::int64_t k = 0; k < n; ++k) lw[k] = lb[k] = kAdditiveIdentity;
-    for (std::int64_t t0 = lo; t0 < hi; t0 += kL) {
-      const int rows = static_cast<int>(std::min<std::int64_t>(kL, hi - t0));
-      vf c1v, c2v;
-      backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
-      for (int r = 0; r < rows; ++r) {
-        const float c1 = c1v[r], c2 = c2v[r], rs = rstd[t0 + r];
-        const float* dr = dy + (t0 + r) * n;
-        const float* xh = xhat + (t0 + r) * n;
-        float* o = dx_out + (t0 + r) * n;
-        const std::int64_t h = head_len(o, n);
-        if (accumulate) {
-          backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
-          backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
-        } else {
-          backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
-          backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
-        }
-      }
-    }
+    backward_groups(dy, xhat, rstd, w, lo, hi, n, B, dt, xt, fn, dx_out,
+                    [&](const float* dr, const float* xh, float* o, float c1, float c2,
+                        float rs, std::int64_t h) {
+                      if (accumulate) {
+                        backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+                        backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+                      } else {
+                        backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+                        backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+                      }
+                    });
     std::copy(lw, lw + n, leaves + u * 2 * n);
     std::copy(lb, lb + n, leaves + u * 2 * n + n);
   }
