@@ -81,6 +81,18 @@ void adamw_range_scalar(const AdamWScalars& s, float* p, const float* g, float* 
 }
 }  // namespace detail
 
+namespace {
+// The AdamW element loop of ISA path `isa`.
+auto adamw_range_for(Isa isa) {
+  return isa == Isa::avx512 ? &detail::adamw_range_avx512
+         : isa == Isa::avx2 ? &detail::adamw_range_avx2
+                            : &detail::adamw_range_scalar;
+}
+// Elements per work item of the threaded updates: 4 arrays x 64 KiB stay in L2 between passes.
+// Elementwise: how the work is chunked across threads cannot change bits.
+constexpr std::int64_t kChunk = 1 << 14;
+}  // namespace
+
 void adamw_step(const KernelCtx& ctx, const AdamWHyper& h, std::span<float> param,
                 std::span<const float> grad, std::span<float> m, std::span<float> v) {
   validate(ctx);
@@ -90,12 +102,8 @@ void adamw_step(const KernelCtx& ctx, const AdamWHyper& h, std::span<float> para
             std::to_string(v.size()) + ")",
         "pass the same local shard of the parameter, its gradient and both moments");
   const AdamWScalars s = adamw_scalars(h);
-  auto range = ctx.isa == Isa::avx512 ? &detail::adamw_range_avx512
-               : ctx.isa == Isa::avx2 ? &detail::adamw_range_avx2
-                                      : &detail::adamw_range_scalar;
+  auto range = adamw_range_for(ctx.isa);
   const std::int64_t n = static_cast<std::int64_t>(param.size());
-  // Elementwise: chunking across threads cannot change bits.
-  constexpr std::int64_t kChunk = 1 << 14;
   const std::int64_t chunks = (n + kChunk - 1) / kChunk;
   const int threads =
       static_cast<int>(std::min<std::int64_t>(ctx.threads, std::max<std::int64_t>(chunks, 1)));
@@ -111,14 +119,11 @@ void clip_and_adamw_step(const KernelCtx& ctx, const AdamWConfig& c, double lr, 
   validate(ctx);
   const AdamWScalars with_decay = adamw_scalars(AdamWHyper::at(c, lr, step, true));
   const AdamWScalars no_decay = adamw_scalars(AdamWHyper::at(c, lr, step, false));
-  auto range = ctx.isa == Isa::avx512 ? &detail::adamw_range_avx512
-               : ctx.isa == Isa::avx2 ? &detail::adamw_range_avx2
-                                      : &detail::adamw_range_scalar;
+  auto range = adamw_range_for(ctx.isa);
   struct Chunk {
     std::size_t tensor;
     std::int64_t lo, len;
   };
-  constexpr std::int64_t kChunk = 1 << 14;  // 4 arrays x 64 KiB: stays in L2 between passes
   std::vector<Chunk> chunks;
   for (std::size_t t = 0; t < tensors.size(); ++t) {
     check(tensors[t].n >= 0 && (tensors[t].n == 0 || (tensors[t].param && tensors[t].grad &&
