@@ -12,26 +12,16 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
-#include "launch/gpt_dataset.hpp"
-#include "launch/grad_sync.hpp"
 #include "launch/preemption.hpp"
 #include "launch/sampler.hpp"
 #include "launch/state_trace.hpp"
+#include "launch/train_job.hpp"
 #include "launch/validate.hpp"
 #include "lockstep/build_info.hpp"
 #include "model/gpt.hpp"
-#include "model/param_table.hpp"
-#include "optim/adamw.hpp"
-#include "optim/clip.hpp"
-#include "optim/lr_schedule.hpp"
-#include "runtime/collectives.hpp"
-#include "runtime/csum.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
-#include "runtime/hash.hpp"
-#include "verify/fingerprint.hpp"
-#include "verify/op_trace.hpp"
 #include "verify/trace.hpp"
 
 namespace lockstep {
@@ -98,41 +88,6 @@ std::string fmt_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
   return buf;
-}
-
-// debug.bitflip = RANK:STEP:TENSOR: after the update of STEP, world rank RANK flips the
-// lowest mantissa bit of element 0 of its local copy of parameter TENSOR ("param/<name>"
-// or "<name>"), the way a silent memory error would.
-struct BitFlip {
-  int rank = -1;
-  std::int64_t step = 0;
-  std::size_t param = 0;
-};
-
-BitFlip parse_bitflip(const std::string& spec, const ParamTable& table) {
-  BitFlip b;
-  if (spec.empty()) return b;
-  const auto c1 = spec.find(':'), c2 = spec.find(':', c1 + 1);
-  b.rank = std::stoi(spec.substr(0, c1));
-  b.step = std::stoll(spec.substr(c1 + 1, c2 - c1 - 1));
-  std::string name = spec.substr(c2 + 1);
-  if (name.rfind("param/", 0) == 0) name = name.substr(6);
-  check(table.contains(name),
-        "debug.bitflip names the tensor '" + name + "', which the model lacks",
-        "use a parameter name such as " + table[0].name + " (see trace.jsonl's param/ keys)");
-  b.param = table.index_of(name);
-  return b;
-}
-
-void apply_bitflip(const BitFlip& b, int world_rank, std::int64_t step, Gpt& model) {
-  if (b.rank != world_rank || b.step != step) return;
-  Tensor& t = model.params()[b.param];
-  std::uint32_t bits;
-  std::memcpy(&bits, t.data<float>(), sizeof bits);
-  bits ^= 1u;
-  std::memcpy(t.data<float>(), &bits, sizeof bits);
-  std::fprintf(stderr, "debug.bitflip: rank %d flipped bit 0 of param/%s[0] after step %lld\n",
-               world_rank, model.table()[b.param].name.c_str(), static_cast<long long>(step));
 }
 
 // The resolved config as a flat JSON object {"model.vocab": 256, ...} (key table order).
@@ -217,23 +172,6 @@ std::pair<int, std::int64_t> parse_kill(const std::string& spec) {
   return {std::stoi(spec.substr(0, c)), std::stoll(spec.substr(c + 1))};
 }
 
-// Records the AdamW update of one slice as the op "<param>.adam.update" (inputs: parameter,
-// gradient, m, v before the update; output: the parameter after).
-void traced_adamw(OpTrace& ops, const std::string& name, const KernelCtx& kctx,
-                  const AdamWHyper& hyper, UpdateSlice& sl) {
-  const auto n = static_cast<std::size_t>(sl.n);
-  if (!ops.recording()) {
-    adamw_step(kctx, hyper, std::span<float>(sl.param, n), std::span<const float>(sl.grad, n),
-               std::span<float>(sl.m, n), std::span<float>(sl.v, n));
-    return;
-  }
-  const std::vector<float> p0(sl.param, sl.param + n), m0(sl.m, sl.m + n), v0(sl.v, sl.v + n);
-  adamw_step(kctx, hyper, std::span<float>(sl.param, n), std::span<const float>(sl.grad, n),
-             std::span<float>(sl.m, n), std::span<float>(sl.v, n));
-  const std::span<const float> in[] = {p0, std::span<const float>(sl.grad, n), m0, v0};
-  ops.record(name + ".adam.update", in, std::span<const float>(sl.param, n));
-}
-
 }  // namespace
 
 int train(const config::Config& cfg_in, Context& mpi) {
@@ -242,58 +180,19 @@ int train(const config::Config& cfg_in, Context& mpi) {
   const bool root = world.rank() == 0;
   config::validate_or_throw(cfg, world.size());
   if (cfg.run.threads == 0) cfg.run.threads = default_threads(world.size());
-
-  const Determinism mode = parse_determinism(cfg.run.determinism);
-  const KernelCtx kctx{parse_isa(cfg.run.isa), static_cast<int>(cfg.run.threads),
-                       static_cast<int>(cfg.numerics.reduce_block)};
-  validate(kctx);
-  Grid grid = Grid::create(world, static_cast<int>(cfg.parallel.tp));
-  mpi.set_tag(grid.tag());
-  const int dp = grid.dp_size(), dp_rank = grid.dp_rank();
-
-  // ---- data ------------------------------------------------------------------------------
-  const std::int64_t G = cfg.data.global_batch, ctx = cfg.model.context;
-  const std::int64_t mb = cfg.parallel.microbatch, per_rank = G / dp, n_mb = per_rank / mb;
-  data::DataConfig dcfg;
-  dcfg.path = cfg.data.path;
-  dcfg.global_batch = G;
-  dcfg.context = ctx;
-  dcfg.seed = static_cast<std::uint64_t>(cfg.run.seed);
-  dcfg.synthetic_seed = dcfg.seed;
-  data::GptDataset dataset(data::open_token_source(dcfg), ctx, cfg.model.vocab);
-  data::Sampler sampler({dataset.num_samples(), G, dcfg.seed});
-
-  // ---- model and optimizer state ---------------------------------------------------------
-  const ModelConfig mcfg = config::model_config(cfg);
-  Gpt model(mcfg, grid, mode, kctx);
-  model.init(static_cast<std::uint64_t>(cfg.run.seed));
-  const ParamTable& table = model.table();
-  GradSync sync(model, grid, mode, cfg.parallel.zero, kctx.threads);
-  StateTrace state(
-      sync, world, grid, parse_hash_kind(cfg.verify.hash),
-      fp_version_from_int(cfg.verify.fingerprint_version, "verify.fingerprint_version"),
-      cfg.verify.state_interval, cfg.verify.replica_check_interval, kctx.threads);
-  const BitFlip bitflip = parse_bitflip(cfg.debug.bitflip, table);
   const auto [kill_rank, kill_step] = parse_kill(cfg.debug.kill_in_save);
-  if (!cfg.debug.perturb.empty()) check_perturb_op(mcfg, cfg.debug.perturb);
-  OpTrace ops(
-      OpTraceConfig::from(cfg.run.out + "/ops", world.rank(), cfg.verify.ops, cfg.debug.perturb));
-  model.set_observer(&ops);
-  sync.reducer().set_observer(&ops);
-
-  AdamWConfig acfg;
-  acfg.beta1 = cfg.optim.beta1;
-  acfg.beta2 = cfg.optim.beta2;
-  acfg.eps = cfg.optim.eps;
-  acfg.weight_decay = cfg.optim.weight_decay;
-  LrScheduleConfig scfg;
-  scfg.lr = cfg.optim.lr;
-  scfg.min_lr = cfg.optim.min_lr;
-  scfg.warmup = cfg.optim.warmup;
-  scfg.total_steps = cfg.run.steps;
-  scfg.schedule = parse_lr_schedule(cfg.optim.schedule);
-  validate(acfg);
-  validate(scfg);
+  TrainJob job(cfg, mpi);
+  const Grid& grid = job.grid();
+  const KernelCtx& kctx = job.kctx();
+  const Gpt& model = job.model();
+  const ParamTable& table = model.table();
+  const ModelConfig& mcfg = model.config();
+  const data::GptDataset& dataset = job.dataset();
+  data::Sampler& sampler = job.sampler();
+  StateTrace& state = job.state();
+  const int dp = grid.dp_size();
+  const std::int64_t G = cfg.data.global_batch, ctx = cfg.model.context;
+  const std::int64_t mb = job.microbatch(), n_mb = job.microbatches();
 
   // ---- resume: every piece of state from the checkpoint, resliced to this layout ----------
   const std::string ckpt_root = cfg.run.out + "/checkpoints";
@@ -369,12 +268,6 @@ int train(const config::Config& cfg_in, Context& mpi) {
 
   // ---- the loop ----------------------------------------------------------------------------
   PreemptionGuard preemption;
-  std::vector<AdamWTensor> update_tensors;  // the slices, for the fused clip + AdamW
-  for (const UpdateSlice& sl : sync.slices())
-    update_tensors.push_back({sl.param, sl.grad, sl.m, sl.v, sl.n, sl.decay});
-  std::vector<std::int32_t> tokens(static_cast<std::size_t>(mb * ctx)), labels(tokens.size());
-  std::vector<std::int64_t> seq_ids(static_cast<std::size_t>(mb));
-  const float loss_scale = 1.0f / static_cast<float>(G * ctx);
   const std::int64_t last_step =
       cfg.run.stop_at > 0 ? std::min(cfg.run.stop_at, cfg.run.steps) : cfg.run.steps;
   const auto t_start = Clock::now();
@@ -385,57 +278,16 @@ int train(const config::Config& cfg_in, Context& mpi) {
     ++step;
     const auto t0 = Clock::now();
     const double cpu0 = process_cpu_seconds();
-    ops.begin_step(step);
-    sync.begin_step();
-    BinaryCounter loss_counter(1);
-    for (std::int64_t m = 0; m < n_mb; ++m) {
-      sampler.fill_microbatch(dataset, dp, dp_rank, mb, m, tokens.data(), labels.data());
-      for (std::int64_t j = 0; j < mb; ++j) seq_ids[j] = dp_rank * per_rank + m * mb + j;
-      const float loss_sum = model.forward_backward(tokens.data(), labels.data(), seq_ids.data(),
-                                                    mb, step, loss_scale);
-      sync.push_microbatch();
-      loss_counter.push(&loss_sum);
-    }
-    float loss_sum = 0;
-    loss_counter.result(&loss_sum);
-    allreduce_sum(mode, grid.dp_comm(), std::span<float>(&loss_sum, 1));
-    const float loss = loss_sum / static_cast<float>(G * ctx);
-
-    sync.reduce();  // canonical DP reduction, terms combined: this rank's update slices
+    const StepResult res = job.run_step(step);
+    const float loss = res.loss, grad_norm = res.grad_norm, lr = res.lr;
+    const Fingerprints& fp = res.fp;
     // metrics.jsonl, this rank's verify work of the step (steady clock): verify_ms = hashing
     // of state pieces and of the guard's parameters (StateTrace::take_hash_seconds, no
     // collectives); verify_wall_ms = everything around the two verify calls: that, the
     // rng/data fingerprints and the integer collectives (including waiting for other ranks);
     // verify_cpu_ms / cpu_ms = the hashing's / the step's CPU time (all threads), a ratio
     // that a loaded machine barely moves.
-    const auto tv0 = Clock::now();
-    state.after_reduce(step);
-    double verify_secs = std::chrono::duration<double>(Clock::now() - tv0).count();
-    const float grad_norm = sync.grad_norm();
-    const ClipResult clip = cfg.optim.clip > 0
-                                ? clip_coefficient(grad_norm, static_cast<float>(cfg.optim.clip))
-                                : ClipResult{};
-    const float lr = lr_at(scfg, step);
-    if (ops.recording()) {  // per tensor, each update recorded as an op
-      for (auto& sl : sync.slices()) apply_clip(clip, std::span<float>(sl.grad, sl.n));
-      for (std::size_t p = 0; p < table.size(); ++p) {
-        UpdateSlice& sl = sync.slices()[p];
-        traced_adamw(ops, table[p].name, kctx, AdamWHyper::at(acfg, lr, step, sl.decay), sl);
-      }
-    } else {  // the same bits: clip and update every slice chunk by chunk on all threads
-      clip_and_adamw_step(kctx, acfg, lr, step, clip, update_tensors);
-    }
-    ops.end_step();
-    sync.publish_params();  // ZeRO: allgather the updated parameters
-    apply_bitflip(bitflip, world.rank(), step, model);
-    sampler.advance();
-
-    // All state fingerprinted over logical tensors (+ the replica guard when due).
-    const auto tv1 = Clock::now();
-    const Fingerprints fp =
-        state.finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg.run.seed), step + 1),
-                     data_fingerprint(sampler.to_json().dump()));
-    verify_secs += std::chrono::duration<double>(Clock::now() - tv1).count();
+    const double verify_secs = res.verify_seconds;
     const double hash_secs = state.take_hash_seconds();
     const double hash_cpu_secs = state.take_hash_cpu_seconds();
     const double secs = std::chrono::duration<double>(Clock::now() - t0).count();

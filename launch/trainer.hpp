@@ -1,4 +1,5 @@
-// The training loop of `lockstep train` (DESIGN.md section 4, "one training step"):
+// `lockstep train`'s run around the training step (launch/train_job.hpp): resume, the start-up
+// lines, the loop with its trace, metrics and progress lines, checkpoints and preemption. The step:
 // sampler -> batch -> forward/backward per microbatch -> canonical gradient reduction
 // (microbatch counter, then DP tree) -> exact global-norm clip -> AdamW -> fingerprints ->
 // trace and metrics lines.
