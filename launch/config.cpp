@@ -151,6 +151,13 @@ std::vector<KeyInfo> make_keys() {
        "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)",
        {},
        member(&C::debug, &DebugSection::kill_in_save)},
+      {"debug.interleave",
+       "timing experiment (lockstep tax --interleaved): modes (fast, deterministic, invariant, "
+       "invariant+verify, invariant+optrace) trained side by side in this process on their own "
+       "state, one step of each in turn; the first writes trace.jsonl and metrics.jsonl, the "
+       "step times of all go to tax_steps.jsonl",
+       {},
+       member(&C::debug, &DebugSection::interleave)},
   };
 }
 

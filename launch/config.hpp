@@ -90,6 +90,7 @@ struct DebugSection {
   std::string perturb;       // OPNAME: change the reduction order inside that op
   std::string bitflip;       // RANK:STEP:TENSOR
   std::string kill_in_save;  // RANK:STEP: that rank dies after its first shard of that save
+  std::string interleave;    // MODE,MODE,...: timing experiment, see launch/tax_modes.hpp
 };
 
 struct Config {

@@ -200,15 +200,30 @@ std::string trace_digest(const std::string& line) {
   return j["digest"].is_string() ? j["digest"].get<std::string>() : j["digest"].dump();
 }
 
-std::map<std::int64_t, double> read_step_ms(const std::string& run_dir) {
-  std::map<std::int64_t, double> out;
-  const std::string path = run_dir + "/metrics.jsonl";
+// Each line of a JSONL file as (step, the JSON value of its field `key`).
+std::map<std::int64_t, nlohmann::json> read_step_field(const std::string& path,
+                                                       const std::string& key) {
+  std::map<std::int64_t, nlohmann::json> out;
   for (const auto& l : read_lines(path)) {
     const auto j = nlohmann::json::parse(l, nullptr, false);
-    check(!j.is_discarded() && j.contains("step") && j.contains("ms"),
-          "'" + path + "' has a line without step/ms", "was it written by lockstep train?");
-    out[j["step"].get<std::int64_t>()] = j["ms"].get<double>();
+    check(!j.is_discarded() && j.contains("step") && j.contains(key),
+          "'" + path + "' has a line without step/" + key, "was it written by lockstep train?");
+    out[j["step"].get<std::int64_t>()] = j[key];
   }
+  return out;
+}
+
+std::map<std::int64_t, double> read_step_ms(const std::string& run_dir) {
+  std::map<std::int64_t, double> out;
+  for (const auto& [step, ms] : read_step_field(run_dir + "/metrics.jsonl", "ms"))
+    out[step] = ms.get<double>();
+  return out;
+}
+
+std::map<std::int64_t, std::map<std::string, double>> read_mode_step_ms(const std::string& path) {
+  std::map<std::int64_t, std::map<std::string, double>> out;
+  for (const auto& [step, ms] : read_step_field(path, "ms"))
+    out[step] = ms.get<std::map<std::string, double>>();
   return out;
 }
 

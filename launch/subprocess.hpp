@@ -73,6 +73,8 @@ std::map<std::int64_t, std::string> read_trace(const std::string& run_dir);
 std::string trace_digest(const std::string& line);
 // metrics.jsonl: the "ms" field per step.
 std::map<std::int64_t, double> read_step_ms(const std::string& run_dir);
+// tax_steps.jsonl of an interleaved run (debug.interleave): step -> {mode: ms}.
+std::map<std::int64_t, std::map<std::string, double>> read_mode_step_ms(const std::string& path);
 // The last line of a log file that mentions an error (or its last line).
 std::string last_error_line(const std::string& log_path);
 

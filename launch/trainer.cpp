@@ -15,6 +15,7 @@
 #include "launch/preemption.hpp"
 #include "launch/sampler.hpp"
 #include "launch/state_trace.hpp"
+#include "launch/tax_modes.hpp"
 #include "launch/train_job.hpp"
 #include "launch/validate.hpp"
 #include "lockstep/build_info.hpp"
@@ -181,7 +182,19 @@ int train(const config::Config& cfg_in, Context& mpi) {
   config::validate_or_throw(cfg, world.size());
   if (cfg.run.threads == 0) cfg.run.threads = default_threads(world.size());
   const auto [kill_rank, kill_step] = parse_kill(cfg.debug.kill_in_save);
+  // debug.interleave: the first mode's job is this run; the others train beside it on their
+  // own state, one step of each in turn, for the timing alone (tax_steps.jsonl).
+  const std::vector<std::string> modes = config::tax_mode_list(cfg.debug.interleave);
+  const config::Config base = cfg;
+  if (!modes.empty()) cfg = config::with_tax_mode(base, modes[0]);
   TrainJob job(cfg, mpi);
+  std::vector<std::unique_ptr<TrainJob>> shadows;
+  for (std::size_t i = 1; i < modes.size(); ++i) {
+    config::Config c = config::with_tax_mode(base, modes[i]);
+    c.run.out = cfg.run.out + "/interleave-" + modes[i];
+    c.ckpt.save = false;
+    shadows.push_back(std::make_unique<TrainJob>(c, mpi));
+  }
   const Grid& grid = job.grid();
   const KernelCtx& kctx = job.kctx();
   const Gpt& model = job.model();
@@ -200,6 +213,8 @@ int train(const config::Config& cfg_in, Context& mpi) {
   std::int64_t start_step = 0;
   std::string resume_note;
   if (!resume_dir.empty()) {
+    check(shadows.empty(), "debug.interleave times fresh runs, and run.resume found " + resume_dir,
+          "set run.resume=none or use a new run.out");
     const ckpt::Meta meta = ckpt::read_meta(resume_dir);
     check_resume(meta.run, cfg, root);
     ckpt::load(
@@ -216,8 +231,11 @@ int train(const config::Config& cfg_in, Context& mpi) {
   }
 
   RunFiles files;
+  std::unique_ptr<JsonlWriter> tax_steps;  // debug.interleave: {"step", "first", "ms": {mode: ms}}
   if (root) {
     files = open_run_dir(cfg, resume_dir.empty() ? -1 : start_step);
+    if (!shadows.empty())
+      tax_steps = std::make_unique<JsonlWriter>(cfg.run.out + "/tax_steps.jsonl", true);
     std::printf(
         "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
         "%d thread(s), %s, ISA %s, GEMM %s\n",
@@ -236,6 +254,11 @@ int train(const config::Config& cfg_in, Context& mpi) {
                 static_cast<long long>(ctx), static_cast<long long>(G));
     std::printf("  guarantees: %s\n", config::guarantees(cfg, world.size()).summary().c_str());
     if (!resume_note.empty()) std::printf("  %s\n", resume_note.c_str());
+    if (!shadows.empty())
+      std::printf(
+          "  interleave: %s, one step of each in turn on its own state; trace and metrics are "
+          "%s's, every mode's step times in tax_steps.jsonl\n",
+          cfg.debug.interleave.c_str(), modes[0].c_str());
     std::fflush(stdout);
   }
 
@@ -276,9 +299,27 @@ int train(const config::Config& cfg_in, Context& mpi) {
   std::int64_t step = start_step;
   while (step < last_step) {
     ++step;
-    const auto t0 = Clock::now();
-    const double cpu0 = process_cpu_seconds();
-    const StepResult res = job.run_step(step);
+    // This run's step, and with debug.interleave every mode's step in an order rotated by one
+    // per step (so no mode always runs first or right after another); each timed alone.
+    StepResult res;
+    double secs = 0, cpu_secs = 0;
+    std::vector<double> mode_ms(shadows.size() + 1);
+    for (std::size_t k = 0; k < mode_ms.size(); ++k) {
+      const std::size_t i = (k + static_cast<std::size_t>(step)) % mode_ms.size();
+      const auto t0 = Clock::now();
+      const double cpu0 = process_cpu_seconds();
+      if (i == 0) {
+        res = job.run_step(step);
+        secs = std::chrono::duration<double>(Clock::now() - t0).count();
+        cpu_secs = process_cpu_seconds() - cpu0;
+        mode_ms[0] = secs * 1e3;
+      } else {
+        shadows[i - 1]->run_step(step);
+        shadows[i - 1]->state().take_hash_seconds();
+        shadows[i - 1]->state().take_hash_cpu_seconds();
+        mode_ms[i] = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
+      }
+    }
     const float loss = res.loss, grad_norm = res.grad_norm, lr = res.lr;
     const Fingerprints& fp = res.fp;
     // metrics.jsonl, this rank's verify work of the step (steady clock): verify_ms = hashing
@@ -290,8 +331,6 @@ int train(const config::Config& cfg_in, Context& mpi) {
     const double verify_secs = res.verify_seconds;
     const double hash_secs = state.take_hash_seconds();
     const double hash_cpu_secs = state.take_hash_cpu_seconds();
-    const double secs = std::chrono::duration<double>(Clock::now() - t0).count();
-    const double cpu_secs = process_cpu_seconds() - cpu0;
     if (step > start_step + 1) steady_seconds += secs;
     last_loss = loss;
 
@@ -317,6 +356,13 @@ int train(const config::Config& cfg_in, Context& mpi) {
       mj["cpu_ms"] = cpu_secs * 1e3;              // the step's CPU time, all threads of rank 0
       mj["tokens_per_s"] = tps;
       files.metrics->write(mj.dump());
+      if (tax_steps) {
+        nlohmann::ordered_json tj;
+        tj["step"] = step;
+        tj["first"] = modes[static_cast<std::size_t>(step) % modes.size()];
+        for (std::size_t i = 0; i < modes.size(); ++i) tj["ms"][modes[i]] = mode_ms[i];
+        tax_steps->write(tj.dump());
+      }
       const std::int64_t done = step - start_step;
       const double eta = (done > 1 ? steady_seconds / static_cast<double>(done - 1) : secs) *
                          static_cast<double>(last_step - step);

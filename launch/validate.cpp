@@ -1,8 +1,10 @@
 #include "launch/validate.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
+#include "launch/tax_modes.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::config {
@@ -104,6 +106,16 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
              rank >= 0 && rank < world_size && step >= 1,
          "debug.kill_in_save = '" + c.debug.kill_in_save +
              "' is not RANK:STEP with 0 <= RANK < ranks and STEP >= 1");
+  }
+  if (!c.debug.interleave.empty()) {
+    const auto modes = tax_mode_list(c.debug.interleave);
+    bool known = modes.size() >= 2;
+    for (std::size_t i = 0; i < modes.size(); ++i)
+      known = known && is_tax_mode(modes[i]) &&
+              std::find(modes.begin(), modes.begin() + i, modes[i]) == modes.begin() + i;
+    need(known, "debug.interleave = '" + c.debug.interleave +
+                    "' is not a list of two or more distinct modes among fast, deterministic, "
+                    "invariant, invariant+verify, invariant+optrace");
   }
   return p;
 }

@@ -1,6 +1,9 @@
 """tax emits well-formed JSON with every mode; lab (regression, and gpt on a short run) writes
 summary.json in the issue's schema with >= 15 checks, all passing, and its figures.
-Usage: experiments_tax_lab.py BINARY MPIRUN SOURCE_DIR WORK_DIR PART, PART = tax | lab | lab-gpt"""
+tax --interleaved times the modes side by side in one process (debug.interleave) without
+changing the bits of the run whose trace it writes.
+Usage: experiments_tax_lab.py BINARY MPIRUN SOURCE_DIR WORK_DIR PART,
+PART = tax | tax-interleaved | lab | lab-gpt"""
 import json
 import math
 import os
@@ -64,6 +67,62 @@ if part == "tax":
     expect("loadavg_start" in j["conditions"], "the machine's load is recorded")
     expect("tax vs fast" in res.stdout and "[9/9]" in res.stdout, "table and progress printed",
            res.stdout)
+elif part == "tax-interleaved":
+    jpath = os.path.join(work, "tax.json")
+    runs = os.path.join(work, "runs")
+    res = lockstep(binary, ["tax", "--interleaved", "--modes", "fast,invariant", "--trials", "2",
+                            "--steps", "4", "--skip", "1", "--np", "2", "--json", jpath,
+                            "--out", runs] + MPI_ARGS + [tiny])
+    with open(jpath) as f:
+        j = json.load(f)
+    expect(j["method"] == "interleaved" and [m["mode"] for m in j["modes"]] == ["fast", "invariant"],
+           "JSON: method interleaved, both modes in order")
+    fast, inv = j["modes"]
+    for m in j["modes"]:
+        expect(len(m["steps_ms"]) == 6 and len(m["trial_medians_ms"]) == 2 and
+               m["min_ms"] <= m["median_ms"] <= m["max_ms"] and m["min_ms"] > 0,
+               f"{m['mode']}: 2 jobs x 3 kept steps, 0 < min <= median <= max")
+    # Trial t's job: tax_steps.jsonl has every mode at every step; the kept steps are steps_ms.
+    kept = {"fast": [], "invariant": []}
+    for t, first in [(1, "fast"), (2, "invariant")]:
+        with open(os.path.join(runs, f"t{t}-interleaved", "tax_steps.jsonl")) as f:
+            lines = [json.loads(l) for l in f]
+        expect([l["step"] for l in lines] == [1, 2, 3, 4] and
+               all(set(l["ms"]) == {"fast", "invariant"} for l in lines),
+               f"trial {t}: tax_steps.jsonl times both modes at steps 1..4")
+        expect(list(lines[0]["ms"])[0] == first, f"trial {t}: {first} is the job's own run")
+        for l in lines[1:]:
+            for m in kept:
+                kept[m].append(l["ms"][m])
+    expect(kept["fast"] == fast["steps_ms"] and kept["invariant"] == inv["steps_ms"],
+           "steps_ms = the kept steps of tax_steps.jsonl, trial by trial")
+    p = inv["paired_tax_pct"]
+    want = [100.0 * (a / b - 1.0) for a, b in zip(kept["invariant"], kept["fast"])]
+    expect(p["n"] == 6 and all(abs(a - b) < 1e-9 for a, b in zip(p["per_step"], want)) and
+           p["min"] <= p["ci95"][0] <= p["median"] <= p["ci95"][1] <= p["max"] and
+           p["p25"] <= p["median"] <= p["p75"],
+           "paired tax = invariant's step over fast's step, per step; median inside its CI", p)
+    expect(fast["paired_tax_pct"]["per_step"] == [0.0] * 6, "fast against itself is 0")
+    # Trial 2's job is invariant's run: its trace is byte-identical to a plain invariant run of
+    # the same config (the fast job beside it shares no state).
+    plain = os.path.join(work, "plain")
+    lockstep(binary, ["run", "--np", "2"] + MPI_ARGS +
+             [tiny, "--set", "run.steps=4", "--set", "ckpt.save=false",
+              "--set", "verify.replica_check_interval=0", "--set", "run.out=" + plain])
+    with open(os.path.join(plain, "trace.jsonl"), "rb") as a, \
+            open(os.path.join(runs, "t2-interleaved", "trace.jsonl"), "rb") as b:
+        expect(a.read() == b.read(), "interleaved invariant trace == plain invariant trace")
+    expect("paired: median [95% CI]" in res.stdout and "[2/2]" in res.stdout,
+           "table and progress printed", res.stdout)
+    # An interleaved job never resumes: refused with a hint, before any step.
+    ck = os.path.join(work, "ck")
+    lockstep(binary, ["train", tiny, "--set", "run.steps=2", "--set", "run.out=" + ck])
+    res = lockstep(binary, ["train", tiny, "--set", "run.steps=3", "--set", "run.out=" + ck,
+                            "--set", "run.resume=auto", "--set", "debug.interleave=invariant,fast"],
+                   expect_rc=None)
+    expect(res.returncode != 0 and "debug.interleave times fresh runs" in res.stderr and
+           "step 3/3" not in res.stdout, "resuming an interleaved job is refused",
+           res.stdout + res.stderr)
 elif part == "lab":
     out = os.path.join(work, "lab")
     res = lockstep(binary, ["lab", "--model", "regression", "--out", out])

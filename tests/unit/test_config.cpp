@@ -145,14 +145,18 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
 TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
   for (const char* set : {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2",
                           "run.resume=", "debug.bitflip=0:1", "debug.bitflip=7:1:param/x",
-                          "run.stop_at=-1", "debug.kill_in_save=0", "ckpt.interval=-1"}) {
+                          "run.stop_at=-1", "debug.kill_in_save=0", "ckpt.interval=-1",
+                          "debug.interleave=fast", "debug.interleave=fast,fast",
+                          "debug.interleave=fast,quick", "debug.interleave=,"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
     REQUIRE(config_problems(c, 2).size() == 1);
   }
   for (const char* set : {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/x",
-                          "debug.kill_in_save=1:2", "ckpt.interval=5", "run.stop_at=3"}) {
+                          "debug.kill_in_save=1:2", "ckpt.interval=5", "run.stop_at=3",
+                          "debug.interleave=fast,invariant",
+                          "debug.interleave=invariant+optrace,deterministic,fast"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
