@@ -34,4 +34,18 @@ void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::
   attn_detail::softmax_backward_rows_impl(one, P, G, C, r0, r1, scale);
 }
 
+bool rows_all_finite(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t n,
+                     std::int64_t ld) {
+  if (ctx.isa == Isa::avx512) return attn_detail::rows_all_finite_avx512(X, rows, n, ld);
+  if (ctx.isa == Isa::avx2) return attn_detail::rows_all_finite_avx2(X, rows, n, ld);
+  return attn_detail::rows_all_finite_impl(X, rows, n, ld);
+}
+
+std::int64_t first_row_with_zero(const KernelCtx& ctx, const float* Y, std::int64_t r0,
+                                 std::int64_t r1, std::int64_t n, std::int64_t ld) {
+  if (ctx.isa == Isa::avx512) return attn_detail::first_row_with_zero_avx512(Y, r0, r1, n, ld);
+  if (ctx.isa == Isa::avx2) return attn_detail::first_row_with_zero_avx2(Y, r0, r1, n, ld);
+  return attn_detail::first_row_with_zero_impl(Y, r0, r1, n, ld);
+}
+
 }  // namespace lockstep

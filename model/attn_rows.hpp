@@ -28,6 +28,15 @@ void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::in
 void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
                            std::int64_t r0, std::int64_t r1, float scale);
 
+// The scans of the exact modes' causal products (model/gpt.cpp, CausalGemms): bit tests only,
+// no arithmetic, so every ISA path gives the same answer. Rows of n floats, `ld` apart.
+// true when every X[r, c] (r < rows, c < n) is finite (no Inf, no NaN).
+bool rows_all_finite(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t n,
+                     std::int64_t ld);
+// The first row r in [r0, r1) whose Y[r, 0..n) holds a zero (+0.0 or -0.0); r1 if none.
+std::int64_t first_row_with_zero(const KernelCtx& ctx, const float* Y, std::int64_t r0,
+                                 std::int64_t r1, std::int64_t n, std::int64_t ld);
+
 namespace attn_detail {
 void softmax_causal_rows_avx2(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
                               std::int64_t r1, float scale);
@@ -37,6 +46,12 @@ void softmax_causal_rows_avx512(const KernelCtx& ctx, float* S, std::int64_t C, 
                                 std::int64_t r1, float scale);
 void softmax_backward_rows_avx512(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
                                   std::int64_t r0, std::int64_t r1, float scale);
+bool rows_all_finite_avx2(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld);
+std::int64_t first_row_with_zero_avx2(const float* Y, std::int64_t r0, std::int64_t r1,
+                                      std::int64_t n, std::int64_t ld);
+bool rows_all_finite_avx512(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld);
+std::int64_t first_row_with_zero_avx512(const float* Y, std::int64_t r0, std::int64_t r1,
+                                        std::int64_t n, std::int64_t ld);
 }  // namespace attn_detail
 
 }  // namespace lockstep

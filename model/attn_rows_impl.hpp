@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 
 #include "model/attn_rows.hpp"
 #include "runtime/csum.hpp"
@@ -200,6 +201,56 @@ void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G,
       softmax_backward_row_post(P + (i + r) * C, G + (i + r) * C, i + r + 1, C, dot[r], scale);
     i += rows;
   }
+}
+
+// The exact-mode scans (model/attn_rows.hpp): integer tests on the bits, so the generic loops
+// vectorize; on AVX-512 one masked 16-lane compare per 16 floats of a row.
+bool rows_all_finite_impl(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+#if defined(__AVX512F__)
+  const __m512i expo = _mm512_set1_epi32(0x7f800000);
+  __mmask16 bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < n; c += 16) {
+      const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1u);
+      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, X + r * ld + c), expo);
+      bad |= _mm512_mask_cmpeq_epi32_mask(m, v, expo);
+    }
+  return bad == 0;
+#else
+  std::uint32_t bad = 0;
+  for (std::int64_t r = 0; r < rows; ++r)
+    for (std::int64_t c = 0; c < n; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, X + r * ld + c, 4);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+  return bad == 0;
+#endif
+}
+
+std::int64_t first_row_with_zero_impl(const float* Y, std::int64_t r0, std::int64_t r1,
+                                      std::int64_t n, std::int64_t ld) {
+  for (std::int64_t r = r0; r < r1; ++r) {
+    const float* y = Y + r * ld;
+#if defined(__AVX512F__)
+    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
+    __mmask16 z = 0;
+    for (std::int64_t c = 0; c < n; c += 16) {
+      const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1u);
+      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, y + c), mag);
+      z |= _mm512_mask_cmpeq_epi32_mask(m, v, _mm512_setzero_si512());
+    }
+#else
+    std::uint32_t z = 0;
+    for (std::int64_t c = 0; c < n; ++c) {
+      std::uint32_t u;
+      std::memcpy(&u, y + c, 4);
+      z |= (u & 0x7fffffffu) == 0;
+    }
+#endif
+    if (z) return r;
+  }
+  return r1;
 }
 
 }  // namespace

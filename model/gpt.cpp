@@ -257,17 +257,17 @@ class CausalGemms {
   // Y[C, n] = A X, A [C, C] (lda) with A[i, j] = +0.0 for j > i, X [C, n] (ldx).
   void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
-    if (exact_ && !finite(X, n, ldx)) {
+    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) {
       tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
       return;
     }
     if (lda == C_ && use_fused(n)) {
       causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
       if (exact_)
-        for (std::int64_t i = 0; i < C_; ++i)
-          if (has_zero(Y + i * ldy, n))
-            tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx,
-                     Y + i * ldy, ldy, true);
+        redo_zero_rows(Y, 0, C_, n, ldy, [&](std::int64_t i) {
+          tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx,
+                   Y + i * ldy, ldy, true);
+        });
       return;
     }
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
@@ -275,10 +275,10 @@ class CausalGemms {
       tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
                Y + r0 * ldy, ldy, true);
       if (!exact_ || r1 == C_) continue;
-      for (std::int64_t i = r0; i < r1; ++i)
-        if (has_zero(Y + i * ldy, n))
-          tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
-                   ldy, true);
+      redo_zero_rows(Y, r0, r1, n, ldy, [&](std::int64_t i) {
+        tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
+                 ldy, true);
+      });
     }
   }
 
@@ -286,14 +286,14 @@ class CausalGemms {
   // scratch: at least 8 * rows() * n floats, and the fused kernels' size.
   void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
-    const bool full = exact_ && !finite(X, n, ldx);
+    const bool full = exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx);
     if (!full && lda == C_ && use_fused(n)) {
       causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
       if (exact_)
-        for (std::int64_t j = 0; j < C_; ++j)
-          if (has_zero(Y + j * ldy, n))
-            tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
-                     true);
+        redo_zero_rows(Y, 0, C_, n, ldy, [&](std::int64_t j) {
+          tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
+                   true);
+        });
       return;
     }
     for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
@@ -313,10 +313,10 @@ class CausalGemms {
                  X + k0 * ldx, ldx, y, ldy, true);
       }
       if (!exact_) continue;
-      for (std::int64_t j = j0; j < j1; ++j)
-        if (has_zero(Y + j * ldy, n))
-          tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
-                   true);
+      redo_zero_rows(Y, j0, j1, n, ldy, [&](std::int64_t j) {
+        tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
+                 true);
+      });
     }
   }
 
@@ -351,26 +351,14 @@ class CausalGemms {
     return fused_ && attn_gemm_supported(tp_.kernel(), C_, n, tree_) &&
            B_ == tp_.kernel().reduce_block;
   }
-  bool finite(const float* X, std::int64_t n, std::int64_t ld) const {
-    std::uint32_t bad = 0;
-    for (std::int64_t r = 0; r < C_; ++r)
-      for (std::int64_t c = 0; c < n; ++c) {
-        std::uint32_t u;
-        std::memcpy(&u, X + r * ld + c, 4);
-        bad |= (u & 0x7f800000u) == 0x7f800000u;
-      }
-    return bad == 0;
-  }
-  // y[c] == 0.0f (+0 or -0) for some c, as an integer test on the bits so that the loop
-  // vectorizes (a float compare OR-ed into a bool compiled to a scalar cmov chain).
-  static bool has_zero(const float* y, std::int64_t n) {
-    std::uint32_t z = 0;
-    for (std::int64_t c = 0; c < n; ++c) {
-      std::uint32_t u;
-      std::memcpy(&u, y + c, 4);
-      z |= (u & 0x7fffffffu) == 0;
-    }
-    return z != 0;
+  // Recomputes (row(i)) each row i in [r0, r1) of Y [*, n] (ldy) that holds a +-0.0: there a
+  // skipped masked term (+0.0 x) could have changed the sign of the zero.
+  template <class Row>
+  void redo_zero_rows(const float* Y, std::int64_t r0, std::int64_t r1, std::int64_t n,
+                      std::int64_t ldy, Row row) const {
+    for (std::int64_t i = first_row_with_zero(tp_.kernel(), Y, r0, r1, n, ldy); i < r1;
+         i = first_row_with_zero(tp_.kernel(), Y, i + 1, r1, n, ldy))
+      row(i);
   }
 
   const TpContext& tp_;

@@ -91,3 +91,44 @@ TEST_CASE("softmax rows == the literal per-row definition, every ISA path", "[mo
         }
       }
 }
+
+TEST_CASE("exact-mode scans == their literal definition, every ISA path", "[model][attn]") {
+  // Rows of n floats, ld apart; the floats past n in each row (and past the last row) hold
+  // zeros, Inf and NaN that the scans must never see.
+  const float inf = std::numeric_limits<float>::infinity();
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (Isa isa : supported_isas())
+    for (std::int64_t n : {1, 5, 15, 16, 17, 31, 32, 33, 48, 70})
+      for (std::uint64_t seed = 1; seed <= 6; ++seed) {
+        const std::int64_t rows = 9, ld = n + 7;
+        std::vector<float> x(static_cast<std::size_t>(rows * ld + 16));
+        std::uint64_t r = seed * 0x9e3779b97f4a7c15ull;
+        auto next = [&r] {
+          r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+          return r;
+        };
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t c = 0; c < ld; ++c)
+            x[i * ld + c] = c < n ? 0.5f + static_cast<float>(next() % 1000) : (c % 2 ? nan : 0.0f);
+        for (std::size_t k = static_cast<std::size_t>(rows * ld); k < x.size(); ++k) x[k] = -0.0f;
+        // Plant a few zeros (+0, -0, a subnormal that is not zero) and non-finite values.
+        const float plant[] = {0.0f, -0.0f, 1e-45f, -inf, inf, nan, 3.0f};
+        for (int p = 0; p < 3; ++p) {
+          const auto i = static_cast<std::int64_t>(next() % rows), c = static_cast<std::int64_t>(next() % n);
+          x[i * ld + c] = plant[next() % 7];
+        }
+        CAPTURE(isa_name(isa), n, seed);
+        const KernelCtx ctx{isa, 1, 64};
+        bool finite = true;
+        for (std::int64_t i = 0; i < rows; ++i)
+          for (std::int64_t c = 0; c < n; ++c) finite = finite && std::isfinite(x[i * ld + c]);
+        REQUIRE(rows_all_finite(ctx, x.data(), rows, n, ld) == finite);
+        for (std::int64_t r0 = 0; r0 <= rows; r0 += 2) {
+          std::int64_t want = rows;
+          for (std::int64_t i = r0; i < rows && want == rows; ++i)
+            for (std::int64_t c = 0; c < n; ++c)
+              if (x[i * ld + c] == 0.0f) want = i;
+          REQUIRE(first_row_with_zero(ctx, x.data(), r0, rows, n, ld) == want);
+        }
+      }
+}
