@@ -193,6 +193,7 @@ int train(const config::Config& cfg_in, Context& mpi) {
     config::Config c = config::with_tax_mode(base, modes[i]);
     c.run.out = cfg.run.out + "/interleave-" + modes[i];
     c.ckpt.save = false;
+    c.debug.bitflip.clear();  // fault injection stays with the run itself
     shadows.push_back(std::make_unique<TrainJob>(c, mpi));
   }
   const Grid& grid = job.grid();
