@@ -16,6 +16,13 @@ Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the paramet
 matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
 (L 4, T 256, d 256, ffn 1024, vocab 256): N_matmul = 3,211,264 and 22,413,312 FLOPs/token.
 
+Then, unless --tax-steps 0, the determinism tax measured in-process per lockstep layout:
+`lockstep tax --interleaved` (every mode trains side by side in one job, one step of each in
+turn, so the machine's drift cancels step by step; see README, determinism tax) with the same
+microbatch, one job of --tax-steps steps; its paired median and 95% interval go into the table
+("tax (interleaved)") and the JSON ("tax_interleaved"). Those jobs run with the replica check
+off (the tax modes) and `lockstep run`'s binding.
+
 Prints one JSON line per run and per configuration, then a markdown table; --out FILE
 writes {"meta", "peak", "runs", "configs"} as JSON.
 
@@ -65,6 +72,8 @@ def parse_args():
                         "none (--bind-to none) or core (--bind-to core --map-by slot:PE=1)")
     p.add_argument("--modes", default="invariant,deterministic,fast")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    p.add_argument("--tax-steps", type=int, default=20,
+                   help="steps of the interleaved tax job per lockstep layout (0: skip it)")
     p.add_argument("--python", default="/usr/bin/python3", help="python with Debian's torch")
     p.add_argument("--timeout", type=float, default=900, help="seconds per run before it is killed")
     p.add_argument("--out", default=None, help="write the results as JSON here")
@@ -172,6 +181,22 @@ def run_peak(a):
     return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 
 
+def run_tax(a, np_, threads, tmp):
+    """lockstep tax --interleaved at one layout: {mode: paired_tax_pct} (fast included)."""
+    modes = ["fast"] + [m for m in a.modes.split(",") if m and m != "fast"]
+    mb = a.microbatch or GLOBAL_BATCH // np_
+    jpath = Path(tmp) / f"tax-np{np_}.json"
+    cmd = [a.lockstep, "tax", "--interleaved", "--modes", ",".join(modes), "--trials", "1",
+           "--steps", str(a.tax_steps), "--skip", str(min(2, a.tax_steps - 1)), "--np", str(np_),
+           "--json", str(jpath), "--out", str(Path(tmp) / f"tax-np{np_}"), a.config,
+           "--set", f"parallel.microbatch={mb}", "--set", f"run.threads={threads}"]
+    rc, text, _ = run_cmd(cmd, thread_env(threads), a.timeout)
+    if rc != 0:
+        raise Failure(f"tax np{np_}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
+    j = json.loads(jpath.read_text())
+    return {m["mode"]: m["paired_tax_pct"] for m in j["modes"]}
+
+
 def config_name(c):
     return f"{c['impl']}/{c['mode']}/np{c['np']}x{c['threads']}t"
 
@@ -184,15 +209,18 @@ def md_table(configs, peak, fpt, n_matmul, meta):
                  f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
     lines.append("")
     lines.append("| impl | mode | np x threads | mb/rank | ms/step (median) | min–max | tokens/s "
-                 "| GFLOP/s | MFU | tax vs fast | guarantees |")
-    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---|")
+                 "| GFLOP/s | MFU | tax vs fast | tax (interleaved) [95% CI] | guarantees |")
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for c in configs:
         tax = "" if c.get("tax") is None else f"{100 * c['tax']:+.1f}%"
+        ti = c.get("tax_interleaved")
+        itax = "" if not ti else \
+            f"{ti['median']:+.1f}% [{ti['ci95'][0]:+.1f}, {ti['ci95'][1]:+.1f}] (n {ti['n']})"
         lines.append(
             f"| {c['impl']} | {c['mode']} | {c['np']} x {c['threads']} | {c['microbatch']} "
             f"| {c['ms_median']:.1f} | {c['ms_min']:.0f}–{c['ms_max']:.0f} "
             f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% | {tax} "
-            f"| {c.get('guarantees') or ''} |")
+            f"| {itax} | {c.get('guarantees') or ''} |")
     return "\n".join(lines)
 
 
@@ -287,6 +315,12 @@ def main():
                        "ms_median": statistics.median(res["step_ms"])}
                 runs.append(rec)
                 print(json.dumps(rec), flush=True)
+        taxes = {}
+        if a.tax_steps > 0:
+            for np_, th in ((1, 2), (2, 1)):
+                taxes[(np_, th)] = run_tax(a, np_, th, tmp)
+                print(json.dumps({"bench": "train_tax_interleaved", "np": np_, "threads": th,
+                                  "paired_tax_pct": taxes[(np_, th)]}), flush=True)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"bench_train: a run failed: {e}", file=sys.stderr)
         sys.exit(1)
@@ -311,7 +345,12 @@ def main():
              "ms_median": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
              "ms_run_medians": [round(x["ms_median"], 2) for x in rs],
              "tokens_per_s": round(tps, 1), "gflops": round(gfl, 2), "mfu": round(gfl / peak, 4),
-             "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"], "tax": None}
+             "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"], "tax": None,
+             "tax_interleaved": None}
+        if c["impl"] == "lockstep" and (c["np"], c["threads"]) in taxes:
+            t = taxes[(c["np"], c["threads"])].get(c["mode"])
+            if t:
+                s["tax_interleaved"] = {k: t[k] for k in ("median", "ci95", "p25", "p75", "n")}
         summary.append(s)
     for s in summary:
         if s["impl"] != "lockstep":
