@@ -680,7 +680,9 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
       const KernelCtx ctx1 = tp_.kernel1();
       const int th = omp_get_thread_num();
       float* scratch = as.tmp(m.attn_scratch.data(), th);
-#pragma omp for schedule(static)
+      // (sequence, head) tasks are independent and write disjoint outputs: handed out one by
+      // one, so a core the VM slows down does not hold the other at the end of the loop.
+#pragma omp for schedule(dynamic, 1)
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
         const float* Q = qkv.q + b * C * qkv.ld + hh * hd;
@@ -943,7 +945,7 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       const int th = omp_get_thread_num();
       float* dP = as.dp(m.attn_scratch.data(), th);
       float* tree_tmp = as.tmp(m.attn_scratch.data(), th);
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)  // independent (sequence, head) tasks, as in forward
       for (std::int64_t bh = 0; bh < mb * Hl; ++bh) {
         const std::int64_t b = bh / Hl, hh = bh % Hl;
         const std::int64_t off = b * C * dl + hh * hd, qoff = b * C * qkv.ld + hh * hd;
