@@ -13,6 +13,12 @@ const std::vector<std::string>& tax_modes() {
   return modes;
 }
 
+std::string tax_modes_text() {
+  std::string s;
+  for (const auto& m : tax_modes()) s += (s.empty() ? "" : ", ") + m;
+  return s;
+}
+
 bool is_tax_mode(const std::string& mode) {
   const auto& m = tax_modes();
   return std::find(m.begin(), m.end(), mode) != m.end();
@@ -30,8 +36,7 @@ std::vector<std::string> tax_mode_sets(const std::string& mode, std::int64_t ste
   if (mode == "invariant+optrace")
     return {"run.determinism=invariant", "verify.replica_check_interval=1",
             "verify.ops=1-" + std::to_string(steps)};
-  fail("unknown mode '" + mode + "'",
-       "modes: fast, deterministic, invariant, invariant+verify, invariant+optrace");
+  fail("unknown mode '" + mode + "'", "modes: " + tax_modes_text());
 }
 
 Config with_tax_mode(const Config& cfg, const std::string& mode) {

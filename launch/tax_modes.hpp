@@ -15,8 +15,9 @@
 
 namespace lockstep::config {
 
-// The mode names above, in that order.
+// The mode names above, in that order, and as one comma-separated line (for messages).
 const std::vector<std::string>& tax_modes();
+std::string tax_modes_text();
 bool is_tax_mode(const std::string& mode);
 // "fast,invariant" -> {"fast", "invariant"} (empty items dropped).
 std::vector<std::string> tax_mode_list(const std::string& list);

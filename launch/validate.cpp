@@ -114,8 +114,7 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
       known = known && is_tax_mode(modes[i]) &&
               std::find(modes.begin(), modes.begin() + i, modes[i]) == modes.begin() + i;
     need(known, "debug.interleave = '" + c.debug.interleave +
-                    "' is not a list of two or more distinct modes among fast, deterministic, "
-                    "invariant, invariant+verify, invariant+optrace");
+                    "' is not a list of two or more distinct modes among " + tax_modes_text());
   }
   return p;
 }
