@@ -332,7 +332,9 @@ int train(const config::Config& cfg_in, Context& mpi) {
     const double verify_secs = res.verify_seconds;
     const double hash_secs = state.take_hash_seconds();
     const double hash_cpu_secs = state.take_hash_cpu_seconds();
-    if (step > start_step + 1) steady_seconds += secs;
+    double iter_secs = 0;  // the ETA counts every interleaved mode's step
+    for (const double ms : mode_ms) iter_secs += ms / 1e3;
+    if (step > start_step + 1) steady_seconds += iter_secs;
     last_loss = loss;
 
     if (root) {
@@ -365,8 +367,9 @@ int train(const config::Config& cfg_in, Context& mpi) {
         tax_steps->write(tj.dump());
       }
       const std::int64_t done = step - start_step;
-      const double eta = (done > 1 ? steady_seconds / static_cast<double>(done - 1) : secs) *
-                         static_cast<double>(last_step - step);
+      const double per_step =
+          done > 1 ? steady_seconds / static_cast<double>(done - 1) : iter_secs;
+      const double eta = per_step * static_cast<double>(last_step - step);
       std::printf(
           "step %lld/%lld | loss %s | grad_norm %.4f | lr %.3e | %.0f ms | %.0f tok/s | ETA %s\n",
           static_cast<long long>(step), static_cast<long long>(cfg.run.steps),
