@@ -91,12 +91,6 @@ std::string loadavg() {
   return a + " " + b + " " + c;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
-
 int tax(const TaxOptions& o) {
   const auto modes = proc::split_list(o.modes);
   check(!modes.empty(), "--modes names no mode", "e.g. --modes fast,invariant");
@@ -118,7 +112,7 @@ int tax(const TaxOptions& o) {
   for (const auto& m : modes) config::validate_or_throw(config::with_tax_mode(base, m), o.np);
   if (o.interleaved) {  // preflight the interleaved job itself
     config::Config c = base;
-    c.debug.interleave = join(modes);
+    c.debug.interleave = proc::join_list(modes);
     config::validate_or_throw(c, o.np);
   }
   std::filesystem::create_directories(o.out);
@@ -154,9 +148,9 @@ int tax(const TaxOptions& o) {
     for (int t = 0; t < o.trials; ++t) {
       const std::string out = o.out + "/t" + std::to_string(t + 1) + "-interleaved";
       std::printf("[%d/%d] trial %d/%d: %s interleaved ...\n", ++n, runs, t + 1, o.trials,
-                  join(rotated).c_str());
+                  proc::join_list(rotated).c_str());
       std::fflush(stdout);
-      proc::run_job_or_throw(job({"debug.interleave=" + join(rotated)}, out, o.steps),
+      proc::run_job_or_throw(job({"debug.interleave=" + proc::join_list(rotated)}, out, o.steps),
                              "tax interleaved job");
       std::map<std::string, std::vector<double>> trial;
       for (const auto& [step, ms] : proc::read_mode_step_ms(out + "/tax_steps.jsonl")) {

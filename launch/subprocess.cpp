@@ -142,6 +142,12 @@ std::vector<std::string> split_list(const std::string& s, char sep) {
   return out;
 }
 
+std::string join_list(const std::vector<std::string>& items, const std::string& sep) {
+  std::string s;
+  for (const auto& x : items) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
 std::int64_t parse_int(const std::string& s, const std::string& what) {
   long long v = 0;
   char tail = 0;

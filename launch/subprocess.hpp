@@ -49,6 +49,8 @@ struct Layout {
 };
 Layout parse_layout(const std::string& s);  // throws naming the string and the format
 std::vector<std::string> split_list(const std::string& s, char sep = ',');
+// The inverse: items joined by sep ("a,b").
+std::string join_list(const std::vector<std::string>& items, const std::string& sep = ",");
 // A whole decimal integer; throws naming `what` and the text otherwise.
 std::int64_t parse_int(const std::string& s, const std::string& what);
 

@@ -14,9 +14,7 @@ const std::vector<std::string>& tax_modes() {
 }
 
 std::string tax_modes_text() {
-  std::string s;
-  for (const auto& m : tax_modes()) s += (s.empty() ? "" : ", ") + m;
-  return s;
+  return proc::join_list(tax_modes(), ", ");
 }
 
 bool is_tax_mode(const std::string& mode) {

@@ -316,8 +316,6 @@ int train(const config::Config& cfg_in, Context& mpi) {
         mode_ms[0] = secs * 1e3;
       } else {
         shadows[i - 1]->run_step(step);
-        shadows[i - 1]->state().take_hash_seconds();
-        shadows[i - 1]->state().take_hash_cpu_seconds();
         mode_ms[i] = std::chrono::duration<double>(Clock::now() - t0).count() * 1e3;
       }
     }

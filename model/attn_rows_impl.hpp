@@ -203,53 +203,43 @@ void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G,
   }
 }
 
-// The exact-mode scans (model/attn_rows.hpp): integer tests on the bits, so the generic loops
-// vectorize; on AVX-512 one masked 16-lane compare per 16 floats of a row.
-bool rows_all_finite_impl(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+// The exact-mode scans (model/attn_rows.hpp): whether some y[c], c < n, has (bits & mask) ==
+// value, tested on the integer bits so that the generic loop vectorizes; on AVX-512 one masked
+// 16-lane compare per 16 floats.
+inline bool row_has_bits(const float* y, std::int64_t n, std::uint32_t mask,
+                         std::uint32_t value) {
 #if defined(__AVX512F__)
-  const __m512i expo = _mm512_set1_epi32(0x7f800000);
-  __mmask16 bad = 0;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < n; c += 16) {
-      const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1u);
-      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, X + r * ld + c), expo);
-      bad |= _mm512_mask_cmpeq_epi32_mask(m, v, expo);
-    }
-  return bad == 0;
+  const __m512i vm = _mm512_set1_epi32(static_cast<int>(mask));
+  const __m512i vv = _mm512_set1_epi32(static_cast<int>(value));
+  __mmask16 hit = 0;
+  for (std::int64_t c = 0; c < n; c += 16) {
+    const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1u);
+    const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, y + c), vm);
+    hit |= _mm512_mask_cmpeq_epi32_mask(m, v, vv);
+  }
+  return hit != 0;
 #else
-  std::uint32_t bad = 0;
-  for (std::int64_t r = 0; r < rows; ++r)
-    for (std::int64_t c = 0; c < n; ++c) {
-      std::uint32_t u;
-      std::memcpy(&u, X + r * ld + c, 4);
-      bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-  return bad == 0;
+  std::uint32_t hit = 0;
+  for (std::int64_t c = 0; c < n; ++c) {
+    std::uint32_t u;
+    std::memcpy(&u, y + c, 4);
+    hit |= (u & mask) == value;
+  }
+  return hit != 0;
 #endif
+}
+
+// Inf and NaN have every exponent bit set; +-0.0 has every bit but the sign clear.
+bool rows_all_finite_impl(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld) {
+  for (std::int64_t r = 0; r < rows; ++r)
+    if (row_has_bits(X + r * ld, n, 0x7f800000u, 0x7f800000u)) return false;
+  return true;
 }
 
 std::int64_t first_row_with_zero_impl(const float* Y, std::int64_t r0, std::int64_t r1,
                                       std::int64_t n, std::int64_t ld) {
-  for (std::int64_t r = r0; r < r1; ++r) {
-    const float* y = Y + r * ld;
-#if defined(__AVX512F__)
-    const __m512i mag = _mm512_set1_epi32(0x7fffffff);
-    __mmask16 z = 0;
-    for (std::int64_t c = 0; c < n; c += 16) {
-      const __mmask16 m = c + 16 <= n ? 0xffff : static_cast<__mmask16>((1u << (n - c)) - 1u);
-      const __m512i v = _mm512_and_si512(_mm512_maskz_loadu_epi32(m, y + c), mag);
-      z |= _mm512_mask_cmpeq_epi32_mask(m, v, _mm512_setzero_si512());
-    }
-#else
-    std::uint32_t z = 0;
-    for (std::int64_t c = 0; c < n; ++c) {
-      std::uint32_t u;
-      std::memcpy(&u, y + c, 4);
-      z |= (u & 0x7fffffffu) == 0;
-    }
-#endif
-    if (z) return r;
-  }
+  for (std::int64_t r = r0; r < r1; ++r)
+    if (row_has_bits(Y + r * ld, n, 0x7fffffffu, 0u)) return r;
   return r1;
 }
 

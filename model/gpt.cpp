@@ -261,13 +261,14 @@ class CausalGemms {
       tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
       return;
     }
+    // Row i in full (every term, masked ones included): the zero-row fix-up.
+    auto full_row = [&](std::int64_t i) {
+      tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
+               ldy, true);
+    };
     if (lda == C_ && use_fused(n)) {
       causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
-      if (exact_)
-        redo_zero_rows(Y, 0, C_, n, ldy, [&](std::int64_t i) {
-          tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx,
-                   Y + i * ldy, ldy, true);
-        });
+      if (exact_) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
       return;
     }
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
@@ -275,10 +276,7 @@ class CausalGemms {
       tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
                Y + r0 * ldy, ldy, true);
       if (!exact_ || r1 == C_) continue;
-      redo_zero_rows(Y, r0, r1, n, ldy, [&](std::int64_t i) {
-        tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
-                 ldy, true);
-      });
+      redo_zero_rows(Y, r0, r1, n, ldy, full_row);
     }
   }
 
@@ -287,13 +285,14 @@ class CausalGemms {
   void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
     const bool full = exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx);
+    // Row j in full (every term, masked ones included): the zero-row fix-up.
+    auto full_row = [&](std::int64_t j) {
+      tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
+               true);
+    };
     if (!full && lda == C_ && use_fused(n)) {
       causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
-      if (exact_)
-        redo_zero_rows(Y, 0, C_, n, ldy, [&](std::int64_t j) {
-          tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
-                   true);
-        });
+      if (exact_) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
       return;
     }
     for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
@@ -313,10 +312,7 @@ class CausalGemms {
                  X + k0 * ldx, ldx, y, ldy, true);
       }
       if (!exact_) continue;
-      redo_zero_rows(Y, j0, j1, n, ldy, [&](std::int64_t j) {
-        tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
-                 true);
-      });
+      redo_zero_rows(Y, j0, j1, n, ldy, full_row);
     }
   }
 
