@@ -292,22 +292,25 @@ inline void gelu_parts_(F x, F& xc, F& z, F& em, F& s2, F& m, F& dh, F& dl) {
   dh = F(1.0f) + m;  // m <= 1: fast two-sum
   dl = m - (dh - F(1.0f));
 }
-// (nh + nl) / (dh + dl), rounded once at the end (plus a few 2^-40 relative).
+// (nh + nl) / (dh + dl), rounded once at the end (plus a few 2^-40 relative), from r = 1 / dh
+// (rounded): q = nh r is within ~2 ulp, the residual nh + nl - q (dh + dl) is exact to ~2^-47 q
+// (FMA), and one correction by it, scaled by r, lands at the quotient. Every quotient by d shares
+// the one division r, so GELU and its derivative cost one division per lane, not six.
 template <class F>
-inline F div_dd_(F nh, F nl, F dh, F dl) {
-  F q = nh / dh;
+inline F div_dd_(F nh, F nl, F dh, F dl, F r) {
+  F q = nh * r;
   F rem = (fma(-q, dh, nh) + nl) - q * dl;
-  return sel(q == F(0.0f), q, q + rem / dh);  // keeps the sign of a zero quotient
+  return sel(q == F(0.0f), q, q + rem * r);  // keeps the sign of a zero quotient
 }
 // The value from gelu_parts_: x >= 0: x / (1 + m) (x itself past 20); x < 0: x m / (1 + m).
 // One quotient per lane, its numerator chosen by the sign first: every lane does exactly the
 // operations of its own branch (the quotient of the other branch was never used).
 template <class F>
-inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl) {
+inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl, F r) {
   auto pos = x >= F(0.0f);
   F nh = xc * em;
   F nl = fma(xc, em, -nh);
-  F q = div_dd_(sel(pos, xc, nh), sel(pos, F(0.0f), nl), dh, dl);
+  F q = div_dd_(sel(pos, xc, nh), sel(pos, F(0.0f), nl), dh, dl, r);
   F y = sel(pos, sel(x > F(20.0f), x, q), q * s2);
   return sel(isnan_(x), x + x, y);
 }
@@ -315,7 +318,7 @@ template <class F>
 inline F gelu_tanh_k(F x) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
-  return gelu_value_(x, xc, em, s2, dh, dl);
+  return gelu_value_(x, xc, em, s2, dh, dl, F(1.0f) / dh);
 }
 // d/dx gelu = s (1 + x (1 - s) w'(x)), s = sigmoid(w), w' = K (1 + 3 c x^2).
 template <class F>
@@ -323,8 +326,9 @@ inline F gelu_tanh_grad_k(F x) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
   auto pos = x >= F(0.0f);
-  F inv = div_dd_(F(1.0f), F(0.0f), dh, dl);
-  F emd = div_dd_(em, F(0.0f), dh, dl);  // sigmoid(-|w|) / s2
+  F r = F(1.0f) / dh;
+  F inv = div_dd_(F(1.0f), F(0.0f), dh, dl, r);
+  F emd = div_dd_(em, F(0.0f), dh, dl, r);  // sigmoid(-|w|) / s2
   F oms = sel(pos, emd * s2, inv);
   F wp = F(kGeluKHi) * fma(F(kGelu3C), z, F(1.0f));
   F br = fma(xc * oms, wp, F(1.0f));
@@ -339,10 +343,11 @@ template <class F>
 inline void gelu_pair_k(F x, F& y_out, F& g_out) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
-  y_out = gelu_value_(x, xc, em, s2, dh, dl);
+  F r = F(1.0f) / dh;
+  y_out = gelu_value_(x, xc, em, s2, dh, dl, r);
   auto pos = x >= F(0.0f);
-  F inv = div_dd_(F(1.0f), F(0.0f), dh, dl);
-  F emd = div_dd_(em, F(0.0f), dh, dl);
+  F inv = div_dd_(F(1.0f), F(0.0f), dh, dl, r);
+  F emd = div_dd_(em, F(0.0f), dh, dl, r);
   F oms = sel(pos, emd * s2, inv);
   F wp = F(kGeluKHi) * fma(F(kGelu3C), z, F(1.0f));
   F br = fma(xc * oms, wp, F(1.0f));
