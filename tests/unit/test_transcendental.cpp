@@ -308,7 +308,7 @@ TEST_CASE("array API: any length, offset, thread count and in-place call gives s
   for (int f = 0; f < kCount; ++f) {
     for (Isa isa : supported_isas()) {
       for (int64_t off : {0, 1, 3}) {
-        for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 2900}) {
+        for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 47, 64, 2900}) {
           KernelCtx ctx;
           ctx.isa = isa;
           ctx.threads = n > 1000 ? 2 : 1;
