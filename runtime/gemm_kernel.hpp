@@ -22,6 +22,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cstdint>
 #include <cstdlib>
@@ -473,9 +474,15 @@ struct Driver {
   // micro-panel into `bshared` and waits at a barrier before the kernels read them (and
   // again before the buffer is overwritten). nth == 1: private buffer, no barriers. Packing
   // is a plain copy, so who packs which micro-panel never changes a bit.
+  // deal (optional, one counter per column block, zeroed): the team shares the whole row range
+  // and each member takes the next mc-row block from the column block's counter when it is
+  // free, so a member slowed down (a busy core) gets fewer blocks instead of holding the others
+  // at the next barrier. Used only where a row block carries no state into another (one K
+  // panel, or the B-resident order, whose counter slots are per block).
   struct Team {
     int tid = 0, nth = 1;
     float* bshared = nullptr;
+    std::atomic<std::int64_t>* deal = nullptr;
     void barrier() const {
       if (nth > 1) {
 #pragma omp barrier
@@ -484,7 +491,26 @@ struct Driver {
     bool mine(std::int64_t jt) const {
       return jt % nth == tid;
     }
+    // Calls f(ic, ic1) for this member's mc-row blocks of [i0, i1) in column block `cb`.
+    template <class F>
+    void for_blocks(std::int64_t cb, std::int64_t i0, std::int64_t i1, std::int64_t mc,
+                    F&& f) const {
+      if (!deal) {
+        for (std::int64_t ic = i0; ic < i1; ic += mc) f(ic, std::min(ic + mc, i1));
+        return;
+      }
+      const std::int64_t blocks = ceil_div(i1 - i0, mc);
+      for (std::int64_t b = deal[cb].fetch_add(1, std::memory_order_relaxed); b < blocks;
+           b = deal[cb].fetch_add(1, std::memory_order_relaxed))
+        f(i0 + b * mc, std::min(i0 + (b + 1) * mc, i1));
+    }
   };
+  // Whether a team of `threads` deals the row blocks of this GEMM (see Team::deal): no state
+  // crosses row blocks, and there are at least two blocks per member to balance.
+  static bool dealable(const GemmArgs& g, const Plan& pl, int threads, std::int64_t nc) {
+    const std::int64_t mc = std::min(pl.mc, ceil_div(g.M, MR) * MR);
+    return (pl.npanels == 1 || g.K * nc <= pl.bfull) && ceil_div(g.M, mc) >= 2 * threads;
+  }
   static std::size_t bpack_floats(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
     const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
     return static_cast<std::size_t>((resident ? g.K : std::min(pl.kc, g.K)) * nc);
@@ -544,8 +570,7 @@ struct Driver {
                            pc, kl, bpack + (jt * g.K + pc) * NR);
         }
         team.barrier();
-        for (std::int64_t ic = i0; ic < i1; ic += mc) {
-          const std::int64_t ic1 = std::min(ic + mc, i1);
+        team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
           for (std::int64_t p = 0; p < pl.npanels; ++p) {
             NextA na;
             if (p + 1 < pl.npanels)
@@ -556,7 +581,7 @@ struct Driver {
             run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, bpack + p * pl.kc * NR, g.K * NR,
                       ablock, astride, stk, slots, slot_level, ntiles_nc, na, NextB{});
           }
-        }
+        });
         continue;
       }
       for (std::int64_t p = 0; p < pl.npanels; ++p) {
@@ -582,8 +607,7 @@ struct Driver {
         else if (jc + nc < j1)
           nb.pc = 0, nb.kl = std::min(pl.kc, g.K), nb.j0 = jc + nc,
           nb.j1 = std::min(jc + 2 * nc, j1);
-        for (std::int64_t ic = i0; ic < i1; ic += mc) {
-          const std::int64_t ic1 = std::min(ic + mc, i1);
+        team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
           NextA na;
           if (ic1 < i1)
             na = {ic1, std::min(ic1 + mc, i1), pc, kl};
@@ -594,7 +618,7 @@ struct Driver {
           nb.part = (ic - i0) / mc;
           run_block(g, pl, i0, i1, ic, ic1, jc, j1, ntl, p, bpack, kl * NR, ablock, astride, stk,
                     slots, slot_level, ntiles_nc, na, nb);
-        }
+        });
       }
     }
   }
@@ -627,14 +651,23 @@ struct Driver {
     const std::int64_t units = split_m ? mtiles : ntiles;
     const int threads = static_cast<int>(std::min<std::int64_t>(g.threads, units));
     if (threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
-    // Split along M: every thread needs all of op(B), so the team packs it once, together.
+    // Split along M: every thread needs all of op(B), so the team packs it once, together,
+    // and (where no state crosses row blocks) deals the row blocks out as members get free.
     static thread_local Scratch shared_b;
-    float* bshared = split_m ? shared_b.get(bpack_floats(g, pl, nc_for(pl, 0, g.N))) : nullptr;
+    const std::int64_t nc = nc_for(pl, 0, g.N);
+    float* bshared = split_m ? shared_b.get(bpack_floats(g, pl, nc)) : nullptr;
+    std::atomic<std::int64_t> counters[64];
+    const std::int64_t cblocks = ceil_div(g.N, nc);
+    const bool deal = split_m && dealable(g, pl, threads, nc) && cblocks <= 64;
+    if (deal)
+      for (std::int64_t c = 0; c < cblocks; ++c) counters[c].store(0, std::memory_order_relaxed);
 #pragma omp parallel num_threads(threads)
     {
       const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
       const std::int64_t u0 = units * tid / nth, u1 = units * (tid + 1) / nth;
-      if (split_m)
+      if (deal)
+        run_rect(g, pl, 0, g.M, 0, g.N, Team{tid, nth, bshared, counters});
+      else if (split_m)
         run_rect(g, pl, u0 * MR, std::min(g.M, u1 * MR), 0, g.N, Team{tid, nth, bshared});
       else
         run_rect(g, pl, 0, g.M, u0 * NR, std::min(g.N, u1 * NR));
