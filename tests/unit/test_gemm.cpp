@@ -217,7 +217,8 @@ TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA pat
                                            {100, 96, 36, 1 << 18},
                                            {700, 1000, 1000, 0},
                                            {2048, 32, 7, 1 << 30},
-                                           {16, 64, 48, 1 << 30}}) {
+                                           {16, 64, 48, 1 << 30},
+                                           {64, 32, 12, 0}}) {
               set_gemm_tuning(GemmTuning{kc, nc, mc, res});
               INFO("isa=" << isa_name(isa) << " threads=" << threads << " kc=" << kc << " nc=" << nc
                           << " mc=" << mc << " resident=" << res << " " << tname(ta) << tname(tb)
@@ -414,7 +415,8 @@ TEST_CASE("matmul: tensor form, shape checks name both tensors") {
 
 // Full-size model shapes (bench-small: 1024 tokens, d_model 256, FFN 1024): many micro-panels,
 // several mc blocks, a B panel packed by a team of threads (shared), 16 x 16 transposing packs
-// of op(B) (NT) with a k tail (K = 1030), padded KR A panels (TN).
+// of op(B) (NT) with a k tail (K = 1030), padded KR A panels (TN), row blocks dealt to the
+// threads (one K panel and B-resident order), the Goto order over many K panels.
 TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and 3 threads") {
   TuningGuard guard;
   set_gemm_tuning(GemmTuning{});
@@ -425,7 +427,9 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
   for (const Shape& s :
        {Shape{Trans::N, Trans::T, 1024, 256, 256, 0}, Shape{Trans::N, Trans::T, 300, 1024, 1030, 5},
         Shape{Trans::N, Trans::N, 1024, 256, 256, 0}, Shape{Trans::T, Trans::N, 256, 256, 1024, 0},
-        Shape{Trans::T, Trans::N, 1000, 200, 1030, 3}}) {
+        Shape{Trans::T, Trans::N, 1000, 200, 1030, 3},
+        // Goto order over 17 K panels, counter slots in memory across 4 row blocks.
+        Shape{Trans::T, Trans::N, 1056, 64, 4160, 0}}) {
     const int B = 64;
     const Problem p = make_problem(s.ta, s.tb, s.M, s.N, s.K, s.pad, 5 + s.K + s.N, Fill::wide);
     const auto want =
