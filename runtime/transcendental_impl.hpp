@@ -83,9 +83,9 @@ F load(const float* p);
 // A lane type over two F vectors whose every operation is F's operation on each half, issued
 // back to back. The array loops run the kernels on it so the two halves' instructions come
 // interleaved: the GELU and exp kernels are bound by their dependency chains (the scheduler
-// holds about one vector's chain at a time), not by the execution ports, and two independent
-// chains in each window run nearly twice as fast. Each lane still gets exactly F's sequence of
-// operations, so the bits are F's.
+// holds about one vector's chain at a time), not by the execution ports, so two independent
+// chains in each window run faster (~10% on this machine's AVX-512 and AVX2). Each lane still
+// gets exactly F's sequence of operations, so the bits are F's.
 template <class F>
 struct TwinM {
   typename F::M a, b;
@@ -453,10 +453,10 @@ inline F apply_(Fn fn, F x) {
   return x;
 }
 
-// Runs fn over x[0..n) with lane type F of width W, two vectors at a time through Twin<F>
-// (a pointer may be computed in place: both vectors are loaded before either store), then one
-// vector; the tail goes through one padded vector (same lanes, same bits), never through scalar
-// code compiled with this file's ISA flags.
+// Runs fn over x[0..n) with lane type F of width W, two vectors at a time through Twin<F>, then
+// one vector (y == x is allowed: every vector is loaded before it is stored); the tail goes
+// through one padded vector (same lanes, same bits), never through scalar code compiled with
+// this file's ISA flags.
 template <class F, int W>
 inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
   int64_t i = 0;
