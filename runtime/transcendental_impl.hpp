@@ -84,8 +84,8 @@ F load(const float* p);
 // back to back. The array loops run the kernels on it so the two halves' instructions come
 // interleaved: the GELU and exp kernels are bound by their dependency chains (the scheduler
 // holds about one vector's chain at a time), not by the execution ports, so two independent
-// chains in each window run faster (~10% on this machine's AVX-512 and AVX2). Each lane still
-// gets exactly F's sequence of operations, so the bits are F's.
+// chains in each window run faster (GELU 6-8% on this machine's AVX-512 and AVX2, bench_math).
+// Each lane still gets exactly F's sequence of operations, so the bits are F's.
 template <class F>
 struct TwinM {
   typename F::M a, b;
