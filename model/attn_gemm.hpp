@@ -12,16 +12,19 @@
 //    element for any hd. Exact for every input.
 //  * causal_prefix: Y[i, :] = sum_j P[i, j] X[j, :] over the key leaves (blocks of B keys)
 //    that cover [0, i'] where i' is the last row of i's 8-row tile; the leaves past them hold
-//    P = +0.0 and are left out. tree = true: leaves are FMA chains combined by the canonical
+//    P = +0.0 and are left out, and the last kept leaf's chain stops after key i' (its later
+//    terms are +0.0 products). tree = true: leaves are FMA chains combined by the canonical
 //    tree T over the kept leaves (a prefix of the full tree); tree = false: one chain.
 //  * causal_suffix: Y[j, :] = sum_i A[i, j] X[i, :] over the query leaves from the one holding
 //    j0 (the first row of j's tile) to the end; the leaves before hold A = +0.0 and are left
-//    out of the tree (the subtree structure of the full T is kept: CausalGemms::tree).
-//  Leaving out leaves whose every product is a zero changes nothing unless the result is a
-//  zero (x + 0 == x for x != 0); so prefix/suffix results equal the full GEMM except possibly
-//  in the sign of a zero, provided X is finite. The caller therefore (as CausalGemms does for
-//  its own omissions) runs the full GEMM when X has an Inf or NaN and recomputes every output
-//  row that contains a zero with the full-K GEMM.
+//    out of the tree (the subtree structure of the full T is kept: CausalGemms::tree), and the
+//    first kept leaf's chain starts at query j0 (its earlier terms are +0.0 products).
+//  Leaving out terms or leaves whose every product is a zero changes nothing unless the result
+//  is a zero: a chain or sum with a +-0.0 added gives the same x for every x != 0, and a chain
+//  started later from -0.0 meets the same first nonzero product. So prefix/suffix results equal
+//  the full GEMM except possibly in the sign of a zero, provided X is finite. The caller
+//  therefore (as CausalGemms does for its own omissions) runs the full GEMM when X has an Inf
+//  or NaN and recomputes every output row that contains a zero with the full-K GEMM.
 // Single thread per call; callers split (sequence, head) pairs over threads.
 #pragma once
 

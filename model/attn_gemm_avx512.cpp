@@ -94,7 +94,9 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
                  float* Y, std::int64_t ldy, float* stk) {
   constexpr int TF = Tile<NV>::FLOATS;
   for (std::int64_t i0 = 0; i0 < C; i0 += R) {
-    const std::int64_t kend = std::min(C, ceil_div(i0 + R, B) * B);
+    // Keys past the tile's last row hold P = +0.0 for every row of the tile: the last leaf
+    // stops there (see causal_prefix in attn_gemm.hpp).
+    const std::int64_t kend = std::min(C, i0 + R);
     const float* p = P + i0 * C;
     Tile<NV> t;
     if (!tree) {
@@ -149,16 +151,17 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
     const std::int64_t m = j0 / B;  // leaves [0, m) hold only A[i, j] with i < j: zeros
     const float* a = A + j0;        // op(A)[j0 + r, i] = A[i * C + j0 + r]
     Tile<NV> t;
+    // Queries before the tile's first row hold A = +0.0 for every row of the tile: the first
+    // kept leaf starts at j0 (see causal_suffix in attn_gemm.hpp).
     if (!tree) {
-      const std::int64_t k0 = m * B;
-      t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx, C - k0);
+      t.template chain<1, 0>(a + j0 * C, 1, C, X + j0 * ldx, ldx, C - j0);
       t.store_rows(Y + j0 * ldy, ldy);
       continue;
     }
     for (std::int64_t q = m; q < nbt; ++q) {
-      const std::int64_t k0 = q * B;
+      const std::int64_t k0 = std::max(q * B, j0);
       t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx,
-                             std::min<std::int64_t>(B, C - k0));
+                             std::min<std::int64_t>((q + 1) * B, C) - k0);
       t.save(leaves + q * TF);
     }
     combine<NV>(leaves, 0, nbt, m, out, tmp, 0);
@@ -176,7 +179,10 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
 const float* contiguous_rows(const float* X, std::int64_t ldx, std::int64_t C, std::int64_t hd,
                              float* buf) {
   if (ldx == hd) return X;
-  for (std::int64_t i = 0; i < C; ++i) std::memcpy(buf + i * hd, X + i * ldx, hd * sizeof(float));
+  // hd is a multiple of 16 (attn_gemm_supported): whole vectors, no call per 128-byte row.
+  for (std::int64_t i = 0; i < C; ++i)
+    for (std::int64_t c = 0; c < hd; c += 16)
+      _mm512_storeu_ps(buf + i * hd + c, _mm512_loadu_ps(X + i * ldx + c));
   return buf;
 }
 
