@@ -13,10 +13,9 @@ bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, 
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B) {
   const std::int64_t nbt = (C + B - 1) / B;
   const std::int64_t tile = attn_gemm_detail::kTileRows * hd;  // one register tile
-  const std::int64_t depth = std::bit_width(static_cast<std::uint64_t>(nbt)) + 2;
   // scores: X transposed (C * hd); prefix / suffix: a contiguous copy of X (C * hd), then the
-  // tree's tiles (leaves, result, one per recursion depth).
-  return hd * C + (nbt + 1 + depth) * tile;
+  // binary counter's tiles (at most one per level of the tree over nbt leaves).
+  return hd * C + (std::bit_width(static_cast<std::uint64_t>(nbt)) + 1) * tile;
 }
 
 void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,

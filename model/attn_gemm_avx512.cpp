@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
 
 #include "model/attn_gemm.hpp"
 #include "runtime/transpose_avx512.hpp"
@@ -117,36 +116,17 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
 }
 
 // ---- suffix: Y[j, :] = A[m*B:C, j]^T X[m*B:C, :] with the leaves before m left out --------
-// T(lo, hi) over the leaf tiles L (leaf q at L + q * TF) with the leaves < m left out, into out;
-// false when every leaf of [lo, hi) is left out. The split is CausalGemms::tree's.
-template <int NV>
-bool combine(const float* L, std::int64_t lo, std::int64_t hi, std::int64_t m, float* out,
-             float* tmp, int depth) {
-  constexpr int TF = Tile<NV>::FLOATS;
-  if (hi <= m) return false;
-  if (hi - lo == 1) {
-    std::memcpy(out, L + lo * TF, TF * sizeof(float));
-    return true;
-  }
-  std::int64_t p = 1;
-  while (p * 2 < hi - lo) p *= 2;
-  if (!combine<NV>(L, lo, lo + p, m, out, tmp, depth + 1))
-    return combine<NV>(L, lo + p, hi, m, out, tmp, depth + 1);
-  float* right = tmp + static_cast<std::int64_t>(depth) * TF;
-  combine<NV>(L, lo + p, hi, m, right, tmp, depth + 1);
-  for (int e = 0; e < TF; e += 16)
-    _mm512_storeu_ps(out + e, _mm512_add_ps(_mm512_loadu_ps(out + e), _mm512_loadu_ps(right + e)));
-  return true;
-}
-
+// The tree is the canonical T over all nbt leaves with leaves [0, m) absent (CausalGemms::tree:
+// a node with one side absent is its other side). A binary counter builds it leaf by leaf:
+// leaf q closes the aligned subtrees of its trailing one bits, merging (older + newer) with
+// the level's slot where that slot is present and passing the newer one up where it is
+// absent (its leaves were all left out); the final fold from the right skips absent levels.
+// For m == 0 this is the prefix kernel's counter.
 template <int NV>
 void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* X, std::int64_t ldx,
-                 float* Y, std::int64_t ldy, float* scratch) {
+                 float* Y, std::int64_t ldy, float* slots) {
   constexpr int TF = Tile<NV>::FLOATS;
   const std::int64_t nbt = ceil_div(C, B);
-  float* leaves = scratch;         // nbt tiles
-  float* out = leaves + nbt * TF;  // 1 tile
-  float* tmp = out + TF;           // one tile per recursion depth
   for (std::int64_t j0 = 0; j0 < C; j0 += R) {
     const std::int64_t m = j0 / B;  // leaves [0, m) hold only A[i, j] with i < j: zeros
     const float* a = A + j0;        // op(A)[j0 + r, i] = A[i * C + j0 + r]
@@ -158,15 +138,19 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
       t.store_rows(Y + j0 * ldy, ldy);
       continue;
     }
+    std::uint64_t present = 0;  // bit l: slot l (an aligned subtree of 2^l leaves) is held
     for (std::int64_t q = m; q < nbt; ++q) {
       const std::int64_t k0 = std::max(q * B, j0);
       t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx,
                              std::min<std::int64_t>((q + 1) * B, C) - k0);
-      t.save(leaves + q * TF);
+      int l = 0;
+      for (std::int64_t c = q; c & 1; c >>= 1, ++l)
+        if (present >> l & 1) t.add_left(slots + l * TF), present &= ~(std::uint64_t{1} << l);
+      if (q + 1 < nbt) t.save(slots + l * TF), present |= std::uint64_t{1} << l;
     }
-    combine<NV>(leaves, 0, nbt, m, out, tmp, 0);
-    for (int r = 0; r < R; ++r)
-      std::memcpy(Y + (j0 + r) * ldy, out + r * NV * 16, NV * 16 * sizeof(float));
+    for (int l = 0; present >> l; ++l)
+      if (present >> l & 1) t.add_left(slots + l * TF);
+    t.store_rows(Y + j0 * ldy, ldy);
   }
 }
 

@@ -2,9 +2,10 @@
 // of runtime/gemm.hpp on full-size operands: scores bit for bit on the causal part; prefix and
 // suffix bit for bit on every nonzero element and zero where the GEMM gives a zero (the
 // caller's row fix-up then makes those rows exact; gpt.cpp's CausalGemms, tested end to end in
-// test_model.cpp). Shapes: C from 16 to 256 (C a multiple of B or not, C < B), head_dim 16-64,
-// blocks 16-64 and 128, tree (invariant) and chain (deterministic), padded leading dimensions,
-// inputs with signed zeros, and zero columns that force zero outputs.
+// test_model.cpp). Shapes: C from 16 to 256 (C a multiple of B or not, C < B; C 112 and 208
+// with B 16 give 7 and 13 leaves, whose trees end in a fold over two and three levels),
+// head_dim 16-64, blocks 16-64 and 128, tree (invariant) and chain (deterministic), padded
+// leading dimensions, inputs with signed zeros, and zero columns that force zero outputs.
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
@@ -55,7 +56,7 @@ TEST_CASE("fused causal attention GEMMs == the canonical / chain GEMM") {
     return;
   }
   int cases = 0, zeros = 0;
-  for (std::int64_t C : {16, 48, 64, 80, 256}) {
+  for (std::int64_t C : {16, 48, 64, 80, 112, 208, 256}) {
     for (std::int64_t hd : {16, 32, 64}) {
       for (int B : {16, 32, 64, 128}) {
         for (bool tree : {true, false}) {
