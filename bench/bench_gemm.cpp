@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/aligned_vector.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/isa.hpp"
@@ -133,6 +134,10 @@ int main(int argc, char** argv) {
   app.add_option("--mc", mc, "override the A block height (tuning experiment)");
   app.add_option("--b-resident", resident,
                  "override the B-resident loop order limit in floats (0 = off)");
+  int in_place = -1;
+  app.add_option("--a-in-place", in_place,
+                 "1: read A rows in place where they spread over L1 (default); 0: always copy")
+      ->check(CLI::Range(0, 1));
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -149,6 +154,7 @@ int main(int argc, char** argv) {
     if (nc > 0) tun.nc = nc;
     if (mc > 0) tun.mc = mc;
     if (resident >= 0) tun.b_resident_floats = resident;
+    if (in_place >= 0) tun.a_in_place = in_place == 1;
     set_gemm_tuning(tun);
 
     std::vector<GemmShape> shapes;
@@ -185,7 +191,8 @@ int main(int argc, char** argv) {
                          acols = sh.ta == Trans::N ? sh.k : sh.m;
       const std::int64_t brows = sh.tb == Trans::N ? sh.k : sh.n,
                          bcols = sh.tb == Trans::N ? sh.n : sh.k;
-      std::vector<float> A(static_cast<std::size_t>(arows * acols)),
+      // 64-byte aligned, as the model's activations (model/gpt.cpp's buffers).
+      AlignedVector<float> A(static_cast<std::size_t>(arows * acols)),
           B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * sh.n));
       std::uint64_t s = 1;
       for (auto* v : {&A, &B})

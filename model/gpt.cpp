@@ -15,6 +15,7 @@
 #include "model/ops.hpp"
 #include "parallel/fused_linear3.hpp"
 #include "parallel/vocab_parallel.hpp"
+#include "runtime/aligned_vector.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
 #include "runtime/random.hpp"
@@ -23,7 +24,7 @@
 namespace lockstep {
 
 namespace {
-using Buf = std::vector<float>;
+using Buf = AlignedVector<float>;  // 64-byte aligned: whole-line vector loads, GEMM reads A in place
 using Mask = std::vector<std::uint8_t>;
 
 void ensure(Buf& b, std::int64_t n) {
@@ -540,7 +541,7 @@ void Gpt::init(std::uint64_t seed) {
   for (std::size_t i = 0; i < table_.size(); ++i) init_param(table_[i], i, seed, params_[i]);
 }
 
-const std::vector<float>& Gpt::token_losses() const {
+std::span<const float> Gpt::token_losses() const {
   return impl_->loss_tok;
 }
 

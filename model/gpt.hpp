@@ -77,6 +77,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -145,7 +146,7 @@ class Gpt {
                      bool train = true);
 
   // Per-token losses of the last forward ([mb * context]).
-  const std::vector<float>& token_losses() const;
+  std::span<const float> token_losses() const;
 
   // The op trace / debug.perturb hook (see the header comment); nullptr: none. Not owned;
   // it must outlive every later forward/backward. Which ops are perturbed is read here.

@@ -68,6 +68,9 @@ struct GemmTuning {
   // Keep the whole packed op(B) column block resident (B-resident loop order) when it has at
   // most this many floats (default 2^18 = 1 MiB); 0 disables that order.
   std::int64_t b_resident_floats = 1 << 18;
+  // Read full A micro-panels of op(A) = A (ta == N) where they are instead of copying them,
+  // when their rows fall into enough L1 sets (gemm_kernel.hpp, rows_spread); false: always copy.
+  bool a_in_place = true;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);

@@ -81,8 +81,10 @@ inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
 }
 
-// The micro-kernel over an MR x (NV*V::W) register tile. A micro-panel element (row r, step k)
-// is at ap[r*ARS + k*AKS]; B micro-panel element (k, column c) is at bp[k*NR + c].
+// The micro-kernel over an MR x (NV*V::W) register tile. The A micro-panel is read through an
+// accessor (APacked: element (row r, step k) at ap[r*ARS + k*AKS]; AInPlace: rows of op(A)
+// read where they are, a run-time stride apart); B micro-panel element (k, column c) is at
+// bp[k*NR + c].
 template <class V, int MR_, int NV_>
 struct Kernel {
   using R = typename V::reg;
@@ -91,6 +93,35 @@ struct Kernel {
   static constexpr int NV = NV_;
   static constexpr int NR = NV * V::W;
   static constexpr int TILE = MR * NR;
+
+  // at(r): row r's element at the current step; step(n): n steps along k. Built inside the
+  // kernels from (pointer, stride) passed in registers (a struct argument would go through
+  // memory and stall the call on store forwarding).
+  template <int ARS, int AKS>
+  struct APacked {
+    const float* p;
+    APacked(const float* a, std::int64_t) : p(a) {}
+    const float* at(int r) const { return p + r * ARS; }
+    void step(std::int64_t n) { p += n * AKS; }
+  };
+  // Rows `lda` floats apart, k contiguous. Four (for MR 12) pointers three rows apart move
+  // along k together, so that every row is one base + stride * {0, 1, 2} address and the loop
+  // needs a few registers instead of one per row.
+  struct AInPlace {
+    static constexpr int NP = (MR + 2) / 3;
+    const char* p[NP];
+    std::int64_t lb;  // row stride in bytes
+    AInPlace(const float* a, std::int64_t lda)
+        : lb(lda * static_cast<std::int64_t>(sizeof(float))) {
+      for (int i = 0; i < NP; ++i) p[i] = reinterpret_cast<const char*>(a) + i * 3 * lb;
+    }
+    const float* at(int r) const {
+      return reinterpret_cast<const float*>(p[r / 3] + (r % 3) * lb);
+    }
+    void step(std::int64_t n) {
+      for (int i = 0; i < NP; ++i) p[i] += n * static_cast<std::int64_t>(sizeof(float));
+    }
+  };
 
   struct Tile {
     R c[MR][NV];
@@ -104,8 +135,8 @@ struct Kernel {
       for (int v = 0; v < NV; ++v) t.c[r][v] = z;
   }
 
-  template <int ARS, int AKS>
-  static inline void fma_steps(Tile& t, const float* ap, const float* bp, std::int64_t n) {
+  template <class A>
+  static inline void fma_steps(Tile& t, A& ap, const float* bp, std::int64_t n) {
 #pragma GCC unroll 2
     for (std::int64_t k = 0; k < n; ++k) {
       R b[NV];
@@ -113,10 +144,11 @@ struct Kernel {
       for (int v = 0; v < NV; ++v) b[v] = V::load(bp + k * NR + v * V::W);
 #pragma GCC unroll 16
       for (int r = 0; r < MR; ++r) {
-        const R a = V::bcast(ap + r * ARS + k * AKS);
+        const R a = V::bcast(ap.at(r));
 #pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) t.c[r][v] = V::fma(a, b[v], t.c[r][v]);
       }
+      ap.step(1);
     }
   }
 
@@ -163,37 +195,39 @@ struct Kernel {
   // One leaf: an FMA chain over n >= 1 steps from -0.0. The first step is a plain product:
   // fma(a, b, -0.0) == round(a*b) for every a, b (including zeros, Inf, NaN, underflow), so
   // this is bit-identical to chaining from -0.0 and saves the identity moves.
-  template <int ARS, int AKS>
-  [[gnu::always_inline]] static inline void leaf(Tile& t, const float* ap, const float* bp,
-                                                 std::int64_t n) {
+  // ap is left at the step after the leaf.
+  template <class A>
+  [[gnu::always_inline]] static inline void leaf(Tile& t, A& ap, const float* bp, std::int64_t n) {
     R b[NV];
 #pragma GCC unroll 4
     for (int v = 0; v < NV; ++v) b[v] = V::load(bp + v * V::W);
 #pragma GCC unroll 16
     for (int r = 0; r < MR; ++r) {
-      const R a = V::bcast(ap + r * ARS);
+      const R a = V::bcast(ap.at(r));
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) t.c[r][v] = V::mul(a, b[v]);
     }
-    fma_steps<ARS, AKS>(t, ap + AKS, bp + NR, n - 1);
+    ap.step(1);
+    fma_steps(t, ap, bp + NR, n - 1);
   }
 
   // One K panel of the canonical sum for one C tile. kl: panel length; B: block size; the
   // panel starts at a multiple of B * 2^m. stk: L1 scratch for the intra-panel counter (depth
   // <= m + 1 tiles). adds: panel-level slots to fold in, ascending level (older subtrees).
   // The result goes to `slot` (a full tile) or, if slot == nullptr, to C (rows x cols).
-  template <int ARS, int AKS>
-  [[gnu::noinline]] static void canon_panel(std::int64_t kl, std::int64_t B, int m, const float* ap,
-                                            const float* bp, float* stk, const float* const* adds,
-                                            int nadds, float* slot, float* C, std::int64_t ldc,
-                                            int rows, int cols) {
+  template <class A>
+  [[gnu::noinline]] static void canon_panel(std::int64_t kl, std::int64_t B, int m, const float* a,
+                                            std::int64_t lda, const float* bp, float* stk,
+                                            const float* const* adds, int nadds, float* slot,
+                                            float* C, std::int64_t ldc, int rows, int cols) {
     Tile t;
+    A ap(a, lda);
     (void)m;
     {  // binary counter over the leaves of this panel
       int top = 0;
       std::int64_t leafno = 0;
       for (std::int64_t k0 = 0; k0 < kl; k0 += B, ++leafno) {
-        leaf<ARS, AKS>(t, ap + k0 * AKS, bp + k0 * NR, std::min(B, kl - k0));
+        leaf(t, ap, bp + k0 * NR, std::min(B, kl - k0));
         for (std::int64_t c = leafno; c & 1; c >>= 1) add_left(t, stk + (--top) * TILE);
         if (k0 + B < kl) store_full(t, stk + (top++) * TILE);
       }
@@ -207,16 +241,17 @@ struct Kernel {
   }
 
   // One K panel of the single chain: continue from C (or start from -0.0), store to C.
-  template <int ARS, int AKS>
-  [[gnu::noinline]] static void chain_panel(std::int64_t kl, const float* ap, const float* bp,
-                                            bool first, float* C, std::int64_t ldc, int rows,
-                                            int cols) {
+  template <class A>
+  [[gnu::noinline]] static void chain_panel(std::int64_t kl, const float* a, std::int64_t lda,
+                                            const float* bp, bool first, float* C,
+                                            std::int64_t ldc, int rows, int cols) {
     Tile t;
+    A ap(a, lda);
     if (first) {
-      leaf<ARS, AKS>(t, ap, bp, kl);
+      leaf(t, ap, bp, kl);
     } else {
       load_c(t, C, ldc, rows, cols);
-      fma_steps<ARS, AKS>(t, ap, bp, kl);
+      fma_steps(t, ap, bp, kl);
     }
     store_c(t, C, ldc, rows, cols);
   }
@@ -341,10 +376,17 @@ struct Driver {
     }
   }
 
-  // Packs the A micro-panels of rows [i0, i1) x k [pc, pc+kl), `astride` floats apart.
-  static void pack_a_block(const GemmArgs& g, bool rk, std::int64_t i0, std::int64_t i1,
-                           std::int64_t pc, std::int64_t kl, float* abuf, std::int64_t astride) {
+  // Packs the A micro-panels of rows [i0, i1) x k [pc, pc+kl), `astride` floats apart; with
+  // `inplace` only a last, partial one (the kernels read full ones where they are).
+  static void pack_a_block(const GemmArgs& g, bool rk, bool inplace, std::int64_t i0,
+                           std::int64_t i1, std::int64_t pc, std::int64_t kl, float* abuf,
+                           std::int64_t astride) {
     const std::int64_t tiles = ceil_div(i1 - i0, MR);
+    if (inplace) {
+      if ((i1 - i0) % MR != 0)
+        pack_a(g, rk, i0 + (tiles - 1) * MR, pc, kl, abuf + (tiles - 1) * astride);
+      return;
+    }
     if (!rk && g.ta == Trans::T) {  // A stored K x M: read each source row once, in order
       const std::int64_t full = (i1 - i0) / MR;
       for (std::int64_t k = 0; k < kl; ++k) {
@@ -401,7 +443,33 @@ struct Driver {
     std::int64_t B, kc, npanels, nc, mc, bfull;
     int m, levels;
     bool rk;
+    bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
   };
+
+  // Whether MR rows of op(A) = A (ta == N), kl floats each, can be read in place instead of
+  // copied into the RK layout: no 64-byte line set of a 64-set L1 (48 KiB, 12-way here) holds
+  // more than 4 lines of them, for every row tile's alignment (tiles start MR rows apart; the
+  // pattern repeats within 64 tiles for strides that are multiples of 16 floats; panels move
+  // it by whole lines, kc floats). The packed B micro-panel streams through the other ways.
+  // A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3 per set; lda 1024 puts all 12
+  // rows in the same sets (copied, as before).
+  static bool rows_spread(const GemmArgs& g, std::int64_t kl) {
+    constexpr std::uintptr_t kSets = 64, kLine = 64;
+    constexpr int kMaxPerSet = 4;
+    const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(g.A);
+    const std::int64_t tiles = std::min<std::int64_t>(g.M / MR, 64);
+    for (std::int64_t t = 0; t < tiles; ++t) {
+      int count[kSets] = {};
+      for (int r = 0; r < MR; ++r) {
+        const std::uintptr_t s0 =
+            base + static_cast<std::uintptr_t>((t * MR + r) * g.lda) * sizeof(float);
+        const std::uintptr_t first = s0 / kLine, last = (s0 + kl * sizeof(float) - 1) / kLine;
+        for (std::uintptr_t l = first; l <= last && l < first + kSets; ++l)
+          if (++count[l % kSets] > kMaxPerSet) return false;
+      }
+    }
+    return true;
+  }
 
   // Where the next A block to pack comes from (for prefetching); rows empty = none.
   struct NextA {
@@ -432,7 +500,7 @@ struct Driver {
       for (int l = 0; l < pl.levels; ++l)
         if (((p >> l) & 1) && (last || l < dst_level)) add_levels[nadds++] = l;
     }
-    pack_a_block(g, pl.rk, ic, ic1, pc, kl, ablock, astride);
+    pack_a_block(g, pl.rk, pl.inplace, ic, ic1, pc, kl, ablock, astride);
     const std::int64_t btiles = ceil_div(ic1 - ic, MR);
     const std::int64_t calls = btiles * ntl;
     for (std::int64_t bt = 0; bt < btiles; ++bt) {
@@ -449,23 +517,25 @@ struct Driver {
         const int cols = static_cast<int>(std::min<std::int64_t>(NR, j1 - c0));
         const float* bp = bp0 + jt * bstride;
         float* cdst = g.C + r0 * g.ldc + c0;
-        if (pl.canonical) {
-          const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
-          const float* tadds[64];
-          for (int a = 0; a < nadds; ++a) tadds[a] = slots + add_levels[a] * slot_level + tile_off;
-          float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
-          if (pl.rk)
-            Kern::template canon_panel<ARS_RK, 1>(kl, pl.B, pl.m, ap, bp, stk, tadds, nadds, slot,
-                                                  cdst, g.ldc, rows, cols);
-          else
-            Kern::template canon_panel<1, MR>(kl, pl.B, pl.m, ap, bp, stk, tadds, nadds, slot, cdst,
-                                              g.ldc, rows, cols);
-        } else {
-          if (pl.rk)
-            Kern::template chain_panel<ARS_RK, 1>(kl, ap, bp, p == 0, cdst, g.ldc, rows, cols);
-          else
-            Kern::template chain_panel<1, MR>(kl, ap, bp, p == 0, cdst, g.ldc, rows, cols);
-        }
+        const auto kernel = [&]<class A>(const float* a, std::int64_t lda) {
+          if (pl.canonical) {
+            const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
+            const float* tadds[64];
+            for (int i = 0; i < nadds; ++i)
+              tadds[i] = slots + add_levels[i] * slot_level + tile_off;
+            float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
+            Kern::template canon_panel<A>(kl, pl.B, pl.m, a, lda, bp, stk, tadds, nadds, slot,
+                                          cdst, g.ldc, rows, cols);
+          } else {
+            Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols);
+          }
+        };
+        if (pl.inplace && rows == MR)
+          kernel.template operator()<typename Kern::AInPlace>(g.A + r0 * g.lda + pc, g.lda);
+        else if (pl.rk)
+          kernel.template operator()<typename Kern::template APacked<ARS_RK, 1>>(ap, 0);
+        else
+          kernel.template operator()<typename Kern::template APacked<1, MR>>(ap, 0);
       }
     }
   }
@@ -645,6 +715,7 @@ struct Driver {
     pl.mc = std::max<std::int64_t>(MR, tun.mc / MR * MR);
     pl.bfull = tun.b_resident_floats;
     pl.rk = g.ta == Trans::N && std::min(pl.kc, g.K) <= KCMAX_RK;
+    pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, std::min(pl.kc, g.K));
 
     const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
     const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;

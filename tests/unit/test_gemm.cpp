@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "runtime/aligned_vector.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
@@ -443,6 +444,57 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
             compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), s.M, s.N, p.ldc);
         INFO(first_diff(got, want));
         REQUIRE(same_bits(got, want));
+      }
+    }
+  }
+}
+
+// A read in place (GemmTuning::a_in_place, runtime/gemm_kernel.hpp rows_spread): with A on a
+// 64-byte boundary and row strides whose rows spread over L1's sets (256, 768 floats, and 300,
+// which is not a multiple of a line), full micro-panels are read where they are and a last
+// partial one (M not a multiple of 12) is copied; strides that pile rows into few sets (1024,
+// and 1040 at K 1040) take the copy. Both must give the reference's bits, at 1-3 threads, in
+// one and several K panels, canonical and chain, and the same bits as the copying path.
+TEST_CASE("canonical GEMM reading A in place equals the reference and the copying path") {
+  TuningGuard guard;
+  struct Shape {
+    std::int64_t M, N, K, lda;
+  };
+  for (const Shape& s : {Shape{1030, 96, 256, 256}, Shape{600, 64, 768, 768},
+                         Shape{250, 40, 300, 300}, Shape{96, 33, 1024, 1024},
+                         Shape{100, 64, 700, 768}, Shape{61, 50, 1040, 1040}}) {
+    for (Trans tb : kTrans) {
+      const int B = 64;
+      const Problem p = make_problem(Trans::N, tb, s.M, s.N, s.K, s.lda - s.K, 9 + s.K, Fill::wide);
+      // The same A on a 64-byte boundary (a std::vector's large blocks start 16 bytes past one).
+      AlignedVector<float> a(p.A.begin(), p.A.end());
+      REQUIRE(reinterpret_cast<std::uintptr_t>(a.data()) % 64 == 0);
+      const auto want =
+          compact(run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p), s.M, s.N, p.ldc);
+      for (GemmImpl impl : {GemmImpl::canonical, GemmImpl::chain}) {
+        for (Isa isa : supported_isas()) {
+          for (int threads : {1, 2, 3}) {
+            INFO("isa=" << isa_name(isa) << " threads=" << threads << " " << gemm_impl_name(impl)
+                        << " N" << tname(tb) << " " << s.M << "x" << s.N << "x" << s.K << " lda "
+                        << s.lda);
+            std::vector<std::vector<float>> got;
+            for (bool in_place : {true, false}) {
+              GemmTuning t;
+              t.a_in_place = in_place;
+              set_gemm_tuning(t);
+              std::vector<float> C(static_cast<std::size_t>(s.M * p.ldc), kSentinel);
+              gemm(KernelCtx{isa, threads, B}, impl, Trans::N, tb, s.M, s.N, s.K, a.data(),
+                   p.lda, p.B.data(), p.ldb, C.data(), p.ldc);
+              got.push_back(compact(C, s.M, s.N, p.ldc));
+            }
+            INFO(first_diff(got[0], got[1]));
+            REQUIRE(same_bits(got[0], got[1]));
+            if (impl == GemmImpl::canonical) {
+              INFO(first_diff(got[0], want));
+              REQUIRE(same_bits(got[0], want));
+            }
+          }
+        }
       }
     }
   }
