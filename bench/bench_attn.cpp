@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
   CLI::App app{"Causal attention kernels of one (sequence, head): us per call"};
   std::int64_t C = 256, hd = 32, ld = 768;
   int B = 64, trials = 60, calls = 40;
-  app.add_option("--context", C, "keys per sequence (a multiple of 16)")->check(CLI::PositiveNumber);
+  app.add_option("--context", C, "keys per sequence (a multiple of 16)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--head-dim", hd, "head_dim (16, 32, 48 or 64)")->check(CLI::PositiveNumber);
   app.add_option("--ld", ld, "row stride of Q, K, V (floats, >= head_dim)")
       ->check(CLI::PositiveNumber);
@@ -54,9 +55,9 @@ int main(int argc, char** argv) {
   fill_normal(1, 12, 0, k.data(), C * ld, 0.0f, 1.0f);
   fill_normal(1, 13, 0, v.data(), C * ld, 0.0f, 1.0f);
   std::vector<float> s(static_cast<std::size_t>(C * C)), p(s.size()), g(s.size()), gw(s.size());
-  causal_scores(C, hd, q.data(), ld, k.data(), ld, s.data(),
-                std::vector<float>(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B)))
-                    .data());
+  causal_scores(
+      C, hd, q.data(), ld, k.data(), ld, s.data(),
+      std::vector<float>(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B))).data());
   for (std::int64_t i = 0; i < C; ++i)
     for (std::int64_t j = i + 1; j < C; ++j) s[i * C + j] = 0.0f;
   p = s;
@@ -64,11 +65,10 @@ int main(int argc, char** argv) {
   fill_normal(1, 14, 0, g.data(), C * C, 0.0f, 1.0f);
   std::vector<float> y(static_cast<std::size_t>(C * ld));
   std::vector<float> scratch(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B)));
-  const double flops = 2.0 * static_cast<double>(C) * static_cast<double>(C + 1) / 2.0 *
-                       static_cast<double>(hd);
+  const double flops =
+      2.0 * static_cast<double>(C) * static_cast<double>(C + 1) / 2.0 * static_cast<double>(hd);
 
-  auto time = [&](const char* kernel, const char* form, const std::function<void()>& f,
-                  bool gemm) {
+  auto time = [&](const char* kernel, const char* form, const std::function<void()>& f, bool gemm) {
     f();  // warm-up
     std::vector<double> t;
     for (int r = 0; r < trials; ++r) {
@@ -86,25 +86,37 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
 
-  time("scores", "chain", [&] {
-    causal_scores(C, hd, q.data(), ld, k.data(), ld, s.data(), scratch.data());
-  }, true);
+  time(
+      "scores", "chain",
+      [&] { causal_scores(C, hd, q.data(), ld, k.data(), ld, s.data(), scratch.data()); }, true);
   for (bool tree : {true, false}) {
     const char* form = tree ? "tree" : "chain";
-    time("prefix", form, [&] {
-      causal_prefix(C, hd, B, tree, p.data(), v.data(), ld, y.data(), ld, scratch.data());
-    }, true);
-    time("suffix", form, [&] {
-      causal_suffix(C, hd, B, tree, p.data(), v.data(), ld, y.data(), ld, scratch.data());
-    }, true);
+    time(
+        "prefix", form,
+        [&] {
+          causal_prefix(C, hd, B, tree, p.data(), v.data(), ld, y.data(), ld, scratch.data());
+        },
+        true);
+    time(
+        "suffix", form,
+        [&] {
+          causal_suffix(C, hd, B, tree, p.data(), v.data(), ld, y.data(), ld, scratch.data());
+        },
+        true);
   }
-  time("softmax", "tree", [&] {
-    std::copy(s.begin(), s.end(), gw.begin());
-    softmax_causal_rows(best, gw.data(), C, 0, C, 0.17677669f);
-  }, false);
-  time("softmax_backward", "tree", [&] {
-    std::copy(g.begin(), g.end(), gw.begin());
-    softmax_backward_rows(best, p.data(), gw.data(), C, 0, C, 0.17677669f);
-  }, false);
+  time(
+      "softmax", "tree",
+      [&] {
+        std::copy(s.begin(), s.end(), gw.begin());
+        softmax_causal_rows(best, gw.data(), C, 0, C, 0.17677669f);
+      },
+      false);
+  time(
+      "softmax_backward", "tree",
+      [&] {
+        std::copy(g.begin(), g.end(), gw.begin());
+        softmax_backward_rows(best, p.data(), gw.data(), C, 0, C, 0.17677669f);
+      },
+      false);
   return 0;
 }

@@ -24,13 +24,15 @@ void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t
 }
 
 void causal_prefix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
-                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch) {
-  attn_gemm_detail::causal_prefix_avx512(C, hd, B, tree, P, X, ldx, Y, ldy, scratch);
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
+                   AttnChecks* checks) {
+  attn_gemm_detail::causal_prefix_avx512(C, hd, B, tree, P, X, ldx, Y, ldy, scratch, checks);
 }
 
 void causal_suffix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
-                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch) {
-  attn_gemm_detail::causal_suffix_avx512(C, hd, B, tree, A, X, ldx, Y, ldy, scratch);
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
+                   AttnChecks* checks) {
+  attn_gemm_detail::causal_suffix_avx512(C, hd, B, tree, A, X, ldx, Y, ldy, scratch, checks);
 }
 
 }  // namespace lockstep

@@ -41,15 +41,26 @@ bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, 
 // into it when ldx != hd).
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B);
 
+// What the exact modes' fix-ups need to know about a prefix / suffix call (computed on the
+// way, only when asked for: the X copy and the register tiles are tested before they are
+// stored, instead of scanning X and Y again): pure bit tests, no arithmetic.
+struct AttnChecks {
+  bool x_finite = true;  // every X[i, c], i < C, c < hd, is finite (no Inf, no NaN)
+  bool y_zero = false;   // some Y[i, c], i < C, c < hd, is +0.0 or -0.0
+};
+
 // S [C, C] (ld C) from A [C, hd] (lda) and X [C, hd] (ldx).
 void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
                    const float* X, std::int64_t ldx, float* S, float* scratch);
 // Y [C, hd] (ldy) = P X with P [C, C] (ld C, P[i, j] = +0.0 for j > i), X [C, hd] (ldx).
+// checks: nullptr, or where to report AttnChecks.
 void causal_prefix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
-                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch);
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
+                   AttnChecks* checks = nullptr);
 // Y [C, hd] (ldy) = A^T X with A [C, C] (ld C, A[i, j] = +0.0 for i < j), X [C, hd] (ldx).
 void causal_suffix(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
-                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch);
+                   const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
+                   AttnChecks* checks = nullptr);
 
 namespace attn_gemm_detail {
 // Output rows per register tile of the kernels (their scratch size depends on it).
@@ -58,10 +69,10 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
                           const float* X, std::int64_t ldx, float* S, float* scratch);
 void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch);
+                          float* scratch, AttnChecks* checks);
 void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch);
+                          float* scratch, AttnChecks* checks);
 }  // namespace attn_gemm_detail
 
 }  // namespace lockstep

@@ -70,6 +70,16 @@ struct Tile {
 #pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) _mm512_storeu_ps(s + (r * NV + v) * 16, c[r][v]);
   }
+  // Whether some element is +0.0 or -0.0 (NaN compares unequal).
+  inline bool any_zero() const {
+    __mmask16 z = 0;
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+#pragma GCC unroll 4
+      for (int v = 0; v < NV; ++v)
+        z |= _mm512_cmp_ps_mask(c[r][v], _mm512_setzero_ps(), _CMP_EQ_OQ);
+    return z != 0;
+  }
   inline void store_rows(float* y, std::int64_t ldy) const {
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
@@ -88,9 +98,10 @@ template <int NV>
 }
 
 // ---- prefix: Y[i, :] = P[i, 0:kend) X[0:kend, :] --------------------------------------------
+// zero: nullptr, or set when some output element is a zero (tested in the registers).
 template <int NV>
 void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* X, std::int64_t ldx,
-                 float* Y, std::int64_t ldy, float* stk) {
+                 float* Y, std::int64_t ldy, float* stk, bool* zero) {
   constexpr int TF = Tile<NV>::FLOATS;
   for (std::int64_t i0 = 0; i0 < C; i0 += R) {
     // Keys past the tile's last row hold P = +0.0 for every row of the tile: the last leaf
@@ -111,6 +122,7 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
       }
       while (top > 0) t.add_left(stk + (--top) * TF);
     }
+    if (zero && t.any_zero()) *zero = true;
     t.store_rows(Y + i0 * ldy, ldy);
   }
 }
@@ -124,7 +136,7 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
 // For m == 0 this is the prefix kernel's counter.
 template <int NV>
 void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* X, std::int64_t ldx,
-                 float* Y, std::int64_t ldy, float* slots) {
+                 float* Y, std::int64_t ldy, float* slots, bool* zero) {
   constexpr int TF = Tile<NV>::FLOATS;
   const std::int64_t nbt = ceil_div(C, B);
   for (std::int64_t j0 = 0; j0 < C; j0 += R) {
@@ -135,6 +147,7 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
     // kept leaf starts at j0 (see causal_suffix in attn_gemm.hpp).
     if (!tree) {
       t.template chain<1, 0>(a + j0 * C, 1, C, X + j0 * ldx, ldx, C - j0);
+      if (zero && t.any_zero()) *zero = true;
       t.store_rows(Y + j0 * ldy, ldy);
       continue;
     }
@@ -150,6 +163,7 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
     }
     for (int l = 0; present >> l; ++l)
       if (present >> l & 1) t.add_left(slots + l * TF);
+    if (zero && t.any_zero()) *zero = true;
     t.store_rows(Y + j0 * ldy, ldy);
   }
 }
@@ -160,14 +174,23 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
 // floats; a plain copy, so the same bits): at C 256, hd 32, ldx 768 the copy costs ~1 us and
 // prefix / suffix went 18 -> 16.5 us and 22.5 -> 20 us per call (20-25% slower with strided X
 // than with contiguous X before).
+// finite: nullptr, or cleared when some X[i, c] (c < hd) is Inf or NaN (every exponent bit
+// set), tested on the vectors on their way through.
 const float* contiguous_rows(const float* X, std::int64_t ldx, std::int64_t C, std::int64_t hd,
-                             float* buf) {
-  if (ldx == hd) return X;
+                             float* buf, bool* finite) {
+  if (ldx == hd && !finite) return X;
+  const __m512i expo = _mm512_set1_epi32(0x7f800000);
+  __mmask16 bad = 0;
   // hd is a multiple of 16 (attn_gemm_supported): whole vectors, no call per 128-byte row.
   for (std::int64_t i = 0; i < C; ++i)
-    for (std::int64_t c = 0; c < hd; c += 16)
-      _mm512_storeu_ps(buf + i * hd + c, _mm512_loadu_ps(X + i * ldx + c));
-  return buf;
+    for (std::int64_t c = 0; c < hd; c += 16) {
+      const __m512 v = _mm512_loadu_ps(X + i * ldx + c);
+      if (finite)
+        bad |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), expo), expo);
+      if (ldx != hd) _mm512_storeu_ps(buf + i * hd + c, v);
+    }
+  if (finite && bad) *finite = false;
+  return ldx == hd ? X : buf;
 }
 
 template <class F>
@@ -203,18 +226,22 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
 
 void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch) {
-  const float* x = contiguous_rows(X, ldx, C, hd, scratch);
+                          float* scratch, AttnChecks* checks) {
+  if (checks) *checks = AttnChecks{};
+  const float* x = contiguous_rows(X, ldx, C, hd, scratch, checks ? &checks->x_finite : nullptr);
   float* rest = scratch + C * hd;
-  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, x, hd, Y, ldy, rest); });
+  bool* zero = checks ? &checks->y_zero : nullptr;
+  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, x, hd, Y, ldy, rest, zero); });
 }
 
 void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch) {
-  const float* x = contiguous_rows(X, ldx, C, hd, scratch);
+                          float* scratch, AttnChecks* checks) {
+  if (checks) *checks = AttnChecks{};
+  const float* x = contiguous_rows(X, ldx, C, hd, scratch, checks ? &checks->x_finite : nullptr);
   float* rest = scratch + C * hd;
-  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest); });
+  bool* zero = checks ? &checks->y_zero : nullptr;
+  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero); });
 }
 
 }  // namespace lockstep::attn_gemm_detail

@@ -24,7 +24,8 @@
 namespace lockstep {
 
 namespace {
-using Buf = AlignedVector<float>;  // 64-byte aligned: whole-line vector loads, GEMM reads A in place
+// 64-byte aligned: whole-line vector loads, and the GEMM reads A in place (gemm_kernel.hpp).
+using Buf = AlignedVector<float>;
 using Mask = std::vector<std::uint8_t>;
 
 void ensure(Buf& b, std::int64_t n) {
@@ -258,20 +259,23 @@ class CausalGemms {
   // Y[C, n] = A X, A [C, C] (lda) with A[i, j] = +0.0 for j > i, X [C, n] (ldx).
   void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
-    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) {
+    auto full = [&] {
       tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
-      return;
-    }
+    };
     // Row i in full (every term, masked ones included): the zero-row fix-up.
     auto full_row = [&](std::int64_t i) {
-      tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy,
-               ldy, true);
+      tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy, ldy,
+               true);
     };
-    if (lda == C_ && use_fused(n)) {
-      causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
-      if (exact_) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
+    if (lda == C_ && use_fused(n)) {  // the kernel tests X and Y on the way (AttnChecks)
+      AttnChecks chk;
+      causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch,
+                    exact_ ? &chk : nullptr);
+      if (!chk.x_finite) return full();
+      if (chk.y_zero) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
       return;
     }
+    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
     for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
       const std::int64_t r1 = std::min(C_, r0 + rows_);
       tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
@@ -285,17 +289,22 @@ class CausalGemms {
   // scratch: at least 8 * rows() * n floats, and the fused kernels' size.
   void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
-    const bool full = exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx);
     // Row j in full (every term, masked ones included): the zero-row fix-up.
     auto full_row = [&](std::int64_t j) {
       tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
                true);
     };
-    if (!full && lda == C_ && use_fused(n)) {
-      causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch);
-      if (exact_) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
+    if (lda == C_ && use_fused(n)) {  // the kernel tests X and Y on the way (AttnChecks)
+      AttnChecks chk;
+      causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch,
+                    exact_ ? &chk : nullptr);
+      if (!chk.x_finite)
+        tp_.gemm(perturbed_, Trans::T, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
+      else if (chk.y_zero)
+        redo_zero_rows(Y, 0, C_, n, ldy, full_row);
       return;
     }
+    const bool full = exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx);
     for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
       const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
       float* y = Y + j0 * ldy;

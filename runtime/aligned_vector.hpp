@@ -25,9 +25,9 @@ struct AlignedAllocator {
     using other = AlignedAllocator<U, Align>;
   };
   T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new(n * sizeof(T), std::align_val_t{Align}));
+    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{Align}));
   }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p, std::align_val_t{Align}); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{Align}); }
   friend bool operator==(const AlignedAllocator&, const AlignedAllocator&) { return true; }
 };
 

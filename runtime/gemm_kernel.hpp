@@ -115,9 +115,7 @@ struct Kernel {
         : lb(lda * static_cast<std::int64_t>(sizeof(float))) {
       for (int i = 0; i < NP; ++i) p[i] = reinterpret_cast<const char*>(a) + i * 3 * lb;
     }
-    const float* at(int r) const {
-      return reinterpret_cast<const float*>(p[r / 3] + (r % 3) * lb);
-    }
+    const float* at(int r) const { return reinterpret_cast<const float*>(p[r / 3] + (r % 3) * lb); }
     void step(std::int64_t n) {
       for (int i = 0; i < NP; ++i) p[i] += n * static_cast<std::int64_t>(sizeof(float));
     }
@@ -243,8 +241,8 @@ struct Kernel {
   // One K panel of the single chain: continue from C (or start from -0.0), store to C.
   template <class A>
   [[gnu::noinline]] static void chain_panel(std::int64_t kl, const float* a, std::int64_t lda,
-                                            const float* bp, bool first, float* C,
-                                            std::int64_t ldc, int rows, int cols) {
+                                            const float* bp, bool first, float* C, std::int64_t ldc,
+                                            int rows, int cols) {
     Tile t;
     A ap(a, lda);
     if (first) {
@@ -524,8 +522,8 @@ struct Driver {
             for (int i = 0; i < nadds; ++i)
               tadds[i] = slots + add_levels[i] * slot_level + tile_off;
             float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
-            Kern::template canon_panel<A>(kl, pl.B, pl.m, a, lda, bp, stk, tadds, nadds, slot,
-                                          cdst, g.ldc, rows, cols);
+            Kern::template canon_panel<A>(kl, pl.B, pl.m, a, lda, bp, stk, tadds, nadds, slot, cdst,
+                                          g.ldc, rows, cols);
           } else {
             Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols);
           }

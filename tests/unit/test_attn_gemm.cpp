@@ -7,8 +7,10 @@
 // head_dim 16-64, blocks 16-64 and 128, tree (invariant) and chain (deterministic), padded
 // leading dimensions, inputs with signed zeros, and zero columns that force zero outputs.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "../support/test_data.hpp"
@@ -108,6 +110,122 @@ TEST_CASE("fused causal attention GEMMs == the canonical / chain GEMM") {
   }
   CHECK(cases > 40);
   CHECK(zeros > 0);
+}
+
+// The checks the exact modes' fix-ups read (AttnChecks): X finite over its C x hd part only
+// (a NaN in the row padding is no concern), Y holding a zero exactly when an output element is
+// +-0.0; the outputs themselves are the same as without checks.
+TEST_CASE("fused causal attention GEMMs report non-finite X and zero outputs") {
+  if (KernelCtx::best(1, 64).isa != Isa::avx512) return;
+  const int B = 64;
+  int seen_inf = 0, seen_zero = 0, seen_clean = 0;
+  for (std::int64_t C : {48, 256}) {
+    for (std::int64_t ld : {32, 48}) {  // contiguous X (read in place) and padded rows (copied)
+      const std::int64_t hd = 32;
+      for (int variant = 0; variant < 4; ++variant) {
+        INFO("C " << C << " ld " << ld << " variant " << variant);
+        std::vector<float> x = mixed_floats(static_cast<std::size_t>(C * ld), 11 + variant);
+        for (float& v : x)
+          if (v == 0.0f) v = 1.5f;  // no zeros in X or P: zero outputs only where placed
+        const std::vector<float> p = [&] {
+          std::vector<float> m = causal_matrix(C, 12);
+          for (std::int64_t i = 0; i < C; ++i)
+            for (std::int64_t j = 0; j <= i; ++j)
+              if (m[i * C + j] == 0.0f) m[i * C + j] = 0.25f;
+          return m;
+        }();
+        if (variant == 1) x[(C / 2) * ld + 5] = std::numeric_limits<float>::infinity();
+        if (variant == 2) x[(C - 1) * ld + hd - 1] = std::numeric_limits<float>::quiet_NaN();
+        if (variant == 3) {  // a zero column of X: that output column is zero
+          for (std::int64_t i = 0; i < C; ++i) x[i * ld + 7] = 0.0f;
+          if (ld > hd) x[3 * ld + hd] = std::numeric_limits<float>::quiet_NaN();  // padding
+        }
+        bool finite = true;
+        for (std::int64_t i = 0; i < C; ++i)
+          for (std::int64_t c = 0; c < hd; ++c) finite = finite && std::isfinite(x[i * ld + c]);
+        std::vector<float> scratch(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B)));
+        for (bool tree : {true, false}) {
+          for (int kernel = 0; kernel < 2; ++kernel) {
+            std::vector<float> y(static_cast<std::size_t>(C * ld)), y_plain(y.size());
+            AttnChecks chk;
+            chk.x_finite = !finite;  // the kernel must set both fields
+            chk.y_zero = true;
+            auto call = [&](float* out, AttnChecks* c) {
+              if (kernel == 0)
+                causal_prefix(C, hd, B, tree, p.data(), x.data(), ld, out, ld, scratch.data(), c);
+              else
+                causal_suffix(C, hd, B, tree, p.data(), x.data(), ld, out, ld, scratch.data(), c);
+            };
+            call(y.data(), &chk);
+            call(y_plain.data(), nullptr);
+            bool zero = false;
+            for (std::int64_t i = 0; i < C; ++i)
+              for (std::int64_t c = 0; c < hd; ++c) zero = zero || y[i * ld + c] == 0.0f;
+            CHECK(chk.x_finite == finite);
+            if (finite) CHECK(chk.y_zero == zero);  // (non-finite X: Y is recomputed anyway)
+            CHECK(testing::same_bits(y.data(), y_plain.data(), y.size()));
+            seen_inf += !finite;
+            seen_zero += finite && zero;
+            seen_clean += finite && !zero;
+          }
+        }
+      }
+    }
+  }
+  CHECK(seen_inf > 0);
+  CHECK(seen_zero > 0);
+  CHECK(seen_clean > 0);
+}
+
+// Why the zero flag matters: X's column 5 holds -0.0 in its first C/2 rows and 1.0 below, so
+// the prefix rows i < C/2 - 8 sum only -0.0 products over the keys the kernel keeps (-0.0),
+// while the full GEMM also adds the masked keys' +0.0 x 1.0 = +0.0 (+0.0); the suffix sees the
+// mirror case with the column reversed. The kernels flag the zeros, and recomputing the rows
+// holding a zero by the full-K GEMM (what CausalGemms does) gives the full GEMM's bits.
+TEST_CASE("fused causal attention GEMMs: the zero flag drives the fix-up to the full GEMM's bits") {
+  if (KernelCtx::best(1, 64).isa != Isa::avx512) return;
+  const std::int64_t C = 256, hd = 32, ld = 48;
+  const int B = 64;
+  const KernelCtx ctx{Isa::avx512, 1, B};
+  std::vector<float> p = causal_matrix(C, 21);
+  for (std::int64_t i = 0; i < C; ++i)
+    for (std::int64_t j = 0; j <= i; ++j) p[i * C + j] = std::abs(p[i * C + j]) + 0.125f;
+  std::vector<float> scratch(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B)));
+  for (int kernel = 0; kernel < 2; ++kernel) {
+    std::vector<float> x = mixed_floats(static_cast<std::size_t>(C * ld), 22);
+    for (std::int64_t i = 0; i < C; ++i) {
+      const bool first_half = (kernel == 0) == (i < C / 2);
+      x[i * ld + 5] = first_half ? -0.0f : 1.0f;
+    }
+    const Trans ta = kernel == 0 ? Trans::N : Trans::T;
+    std::vector<float> y(static_cast<std::size_t>(C * ld)), want(y.size());
+    AttnChecks chk;
+    if (kernel == 0)
+      causal_prefix(C, hd, B, true, p.data(), x.data(), ld, y.data(), ld, scratch.data(), &chk);
+    else
+      causal_suffix(C, hd, B, true, p.data(), x.data(), ld, y.data(), ld, scratch.data(), &chk);
+    gemm(ctx, GemmImpl::canonical, ta, Trans::N, C, hd, C, p.data(), C, x.data(), ld, want.data(),
+         ld);
+    int sign_diffs = 0;
+    for (std::int64_t i = 0; i < C; ++i)
+      sign_diffs += !bits_equal(y[i * ld + 5], want[i * ld + 5]) && y[i * ld + 5] == 0.0f;
+    CHECK(sign_diffs > 0);  // the case this test is about occurred
+    REQUIRE(chk.x_finite);
+    REQUIRE(chk.y_zero);
+    for (std::int64_t i = 0; i < C; ++i) {
+      bool zero = false;
+      for (std::int64_t c = 0; c < hd; ++c) zero = zero || y[i * ld + c] == 0.0f;
+      if (!zero) continue;
+      const float* a = kernel == 0 ? p.data() + i * C : p.data() + i;
+      gemm(ctx, GemmImpl::canonical, ta, Trans::N, 1, hd, C, a, C, x.data(), ld, y.data() + i * ld,
+           ld);
+    }
+    bool same = true;
+    for (std::int64_t i = 0; i < C; ++i)
+      for (std::int64_t c = 0; c < hd; ++c)
+        same = same && bits_equal(y[i * ld + c], want[i * ld + c]);
+    CHECK(same);
+  }
 }
 
 TEST_CASE("fused causal attention GEMMs: the test can fail (tree vs chain differ)") {

@@ -460,9 +460,9 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
   struct Shape {
     std::int64_t M, N, K, lda;
   };
-  for (const Shape& s : {Shape{1030, 96, 256, 256}, Shape{600, 64, 768, 768},
-                         Shape{250, 40, 300, 300}, Shape{96, 33, 1024, 1024},
-                         Shape{100, 64, 700, 768}, Shape{61, 50, 1040, 1040}}) {
+  for (const Shape& s :
+       {Shape{1030, 96, 256, 256}, Shape{600, 64, 768, 768}, Shape{250, 40, 300, 300},
+        Shape{96, 33, 1024, 1024}, Shape{100, 64, 700, 768}, Shape{61, 50, 1040, 1040}}) {
     for (Trans tb : kTrans) {
       const int B = 64;
       const Problem p = make_problem(Trans::N, tb, s.M, s.N, s.K, s.lda - s.K, 9 + s.K, Fill::wide);
@@ -483,8 +483,8 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
               t.a_in_place = in_place;
               set_gemm_tuning(t);
               std::vector<float> C(static_cast<std::size_t>(s.M * p.ldc), kSentinel);
-              gemm(KernelCtx{isa, threads, B}, impl, Trans::N, tb, s.M, s.N, s.K, a.data(),
-                   p.lda, p.B.data(), p.ldb, C.data(), p.ldc);
+              gemm(KernelCtx{isa, threads, B}, impl, Trans::N, tb, s.M, s.N, s.K, a.data(), p.lda,
+                   p.B.data(), p.ldb, C.data(), p.ldc);
               got.push_back(compact(C, s.M, s.N, p.ldc));
             }
             INFO(first_diff(got[0], got[1]));
