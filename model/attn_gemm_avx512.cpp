@@ -127,7 +127,7 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
   }
 }
 
-// ---- suffix: Y[j, :] = A[m*B:C, j]^T X[m*B:C, :] with the leaves before m left out --------
+// ---- suffix: Y[j, :] = A[j0:C, j]^T X[j0:C, :] (j0: the first row of j's tile) -------------
 // The tree is the canonical T over all nbt leaves with leaves [0, m) absent (CausalGemms::tree:
 // a node with one side absent is its other side). A binary counter builds it leaf by leaf:
 // leaf q closes the aligned subtrees of its trailing one bits, merging (older + newer) with

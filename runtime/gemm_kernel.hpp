@@ -444,13 +444,14 @@ struct Driver {
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
   };
 
-  // Whether MR rows of op(A) = A (ta == N), kl floats each, can be read in place instead of
+  // Whether MR rows of op(A) = A (ta == N), kl floats each, are read in place instead of
   // copied into the RK layout: no 64-byte line set of a 64-set L1 (48 KiB, 12-way here) holds
-  // more than 4 lines of them, for every row tile's alignment (tiles start MR rows apart; the
-  // pattern repeats within 64 tiles for strides that are multiples of 16 floats; panels move
-  // it by whole lines, kc floats). The packed B micro-panel streams through the other ways.
-  // A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3 per set; lda 1024 puts all 12
-  // rows in the same sets (copied, as before).
+  // more than 4 lines of them, checked for the first 64 row tiles (tiles start MR rows apart;
+  // the pattern repeats within 64 tiles when lda is a multiple of 16 floats, and is a sample
+  // otherwise; panels move it by whole lines, kc floats). The packed B micro-panel streams
+  // through the other ways. A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3 per set;
+  // lda 1024 puts all 12 rows in the same sets (copied, as before). Only speed depends on this
+  // choice: the kernels read the same values in the same order either way.
   static bool rows_spread(const GemmArgs& g, std::int64_t kl) {
     constexpr std::uintptr_t kSets = 64, kLine = 64;
     constexpr int kMaxPerSet = 4;
