@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <numeric>
 #include <string>
 
 #include "runtime/gemm.hpp"
@@ -446,17 +447,20 @@ struct Driver {
 
   // Whether MR rows of op(A) = A (ta == N), kl floats each, are read in place instead of
   // copied into the RK layout: no 64-byte line set of a 64-set L1 (48 KiB, 12-way here) holds
-  // more than 4 lines of them, checked for the first 64 row tiles (tiles start MR rows apart;
-  // the pattern repeats within 64 tiles when lda is a multiple of 16 floats, and is a sample
-  // otherwise; panels move it by whole lines, kc floats). The packed B micro-panel streams
-  // through the other ways. A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3 per set;
-  // lda 1024 puts all 12 rows in the same sets (copied, as before). Only speed depends on this
-  // choice: the kernels read the same values in the same order either way.
+  // more than 4 lines of them, for every row tile. Tile t's rows start at (base + t * MR * lda
+  // * 4) mod 4 KiB, which repeats every 4 KiB / gcd(MR * lda * 4, 4 KiB) tiles (1 for lda 256
+  // or 768), so that many tiles are checked, at most 64 (a sample for strides with a longer
+  // period); panels move the pattern by whole lines (kc floats). The packed B micro-panel
+  // streams through the other ways. A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3
+  // per set; lda 1024 puts all 12 rows in the same sets (copied, as before). Only speed
+  // depends on this choice: the kernels read the same values in the same order either way.
   static bool rows_spread(const GemmArgs& g, std::int64_t kl) {
-    constexpr std::uintptr_t kSets = 64, kLine = 64;
+    constexpr std::uintptr_t kSets = 64, kLine = 64, kPage = kSets * kLine;
     constexpr int kMaxPerSet = 4;
     const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(g.A);
-    const std::int64_t tiles = std::min<std::int64_t>(g.M / MR, 64);
+    const std::uintptr_t tile_bytes = static_cast<std::uintptr_t>(MR * g.lda) * sizeof(float);
+    const std::int64_t period = static_cast<std::int64_t>(kPage / std::gcd(tile_bytes, kPage));
+    const std::int64_t tiles = std::min<std::int64_t>({g.M / MR, period, 64});
     for (std::int64_t t = 0; t < tiles; ++t) {
       int count[kSets] = {};
       for (int r = 0; r < MR; ++r) {

@@ -97,10 +97,13 @@ Problem make_problem(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::in
 
 constexpr float kSentinel = 12345.678f;
 
-// Runs one GEMM into a fresh C (padding columns hold a sentinel that must survive).
-std::vector<float> run(const KernelCtx& ctx, GemmImpl impl, const Problem& p) {
+// Runs one GEMM into a fresh C (padding columns hold a sentinel that must survive). a: op(A)'s
+// storage if not p.A's (the same values elsewhere, e.g. on a 64-byte boundary).
+std::vector<float> run(const KernelCtx& ctx, GemmImpl impl, const Problem& p,
+                       const float* a = nullptr) {
   std::vector<float> C(static_cast<std::size_t>(std::max<std::int64_t>(1, p.M * p.ldc)), kSentinel);
-  gemm(ctx, impl, p.ta, p.tb, p.M, p.N, p.K, p.A.data(), p.lda, p.B.data(), p.ldb, C.data(), p.ldc);
+  gemm(ctx, impl, p.ta, p.tb, p.M, p.N, p.K, a ? a : p.A.data(), p.lda, p.B.data(), p.ldb,
+       C.data(), p.ldc);
   for (std::int64_t i = 0; i < p.M; ++i)
     for (std::int64_t j = p.N; j < p.ldc; ++j)
       if (bits_of(C[i * p.ldc + j]) != bits_of(kSentinel)) FAIL("GEMM wrote past column N");
@@ -482,10 +485,8 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
               GemmTuning t;
               t.a_in_place = in_place;
               set_gemm_tuning(t);
-              std::vector<float> C(static_cast<std::size_t>(s.M * p.ldc), kSentinel);
-              gemm(KernelCtx{isa, threads, B}, impl, Trans::N, tb, s.M, s.N, s.K, a.data(), p.lda,
-                   p.B.data(), p.ldb, C.data(), p.ldc);
-              got.push_back(compact(C, s.M, s.N, p.ldc));
+              got.push_back(
+                  compact(run(KernelCtx{isa, threads, B}, impl, p, a.data()), s.M, s.N, p.ldc));
             }
             INFO(first_diff(got[0], got[1]));
             REQUIRE(same_bits(got[0], got[1]));
