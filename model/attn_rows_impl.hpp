@@ -123,23 +123,92 @@ inline float row_max(const float* s, std::int64_t n) {
   return m;
 }
 
+#if defined(__AVX512F__)
+// Lanes [0, k) of a 16-lane mask (0 < k <= 16).
+inline __mmask16 first_lanes(std::int64_t k) {
+  return static_cast<__mmask16>(k >= 16 ? 0xFFFFu : (1u << k) - 1u);
+}
+// s[j] = s[j] * scale over [0, n) and the max of the scaled row, in one pass: row_max's lanes
+// (vmaxps(v, lane) is exactly v > lane ? v : lane), the tail of fewer than 16 entries joining
+// the lanes under a mask instead of the sequential scan (the same maximum up to the sign of a
+// zero maximum, which attn_rows.hpp shows never changes P).
+inline float scale_row_max(float* s, std::int64_t n, float scale) {
+  const __m512 vs = _mm512_set1_ps(scale);
+  __m512 lane = _mm512_set1_ps(s[0] * scale);
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) {
+    const __m512 v = _mm512_mul_ps(_mm512_loadu_ps(s + j), vs);
+    _mm512_storeu_ps(s + j, v);
+    lane = _mm512_max_ps(v, lane);
+  }
+  if (j < n) {
+    const __mmask16 m = first_lanes(n - j);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, s + j), vs);
+    _mm512_mask_storeu_ps(s + j, m, v);
+    lane = _mm512_mask_max_ps(lane, m, v, lane);
+  }
+  alignas(64) float l[16];
+  _mm512_store_ps(l, lane);
+  float mx = l[0];
+  for (int k = 1; k < 16; ++k) mx = l[k] > mx ? l[k] : mx;
+  return mx;
+}
+// Stores v's lanes [0, C - j) at s + j (all 16 when they fit).
+inline void store_upto(float* s, std::int64_t j, std::int64_t C, __m512 v) {
+  if (j + 16 <= C)
+    _mm512_storeu_ps(s + j, v);
+  else
+    _mm512_mask_storeu_ps(s + j, first_lanes(C - j), v);
+}
+// f(x, j) on the 16-lane blocks of [0, n) (a partial last block computes under a mask, its
+// lanes past n becoming +0.0), +0.0 stored over [n, C).
+template <class Op>
+inline void row_map_then_zero(float* s, std::int64_t n, std::int64_t C, Op op) {
+  std::int64_t j = 0;
+  for (; j + 16 <= n; j += 16) _mm512_storeu_ps(s + j, op(0xFFFF, j));
+  if (j < n) {
+    store_upto(s, j, C, op(first_lanes(n - j), j));
+    j += 16;
+  }
+  for (; j < C; j += 16) store_upto(s, j, C, _mm512_setzero_ps());
+}
+#endif
+
 // Softmax row i before its sum: scale, subtract the row max, exp (in place, n = i + 1).
 inline void softmax_row_pre(const KernelCtx& ctx1, float* s, std::int64_t n, float scale) {
+#if defined(__AVX512F__)
+  const float mx = scale_row_max(s, n, scale);
+#else
   for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
   const float mx = row_max(s, n);
-  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] - mx;
-  math::exp(ctx1, s, s, n);
+#endif
+  math::exp_shifted(ctx1, s, mx, s, n);
 }
 // ... and after it: divide by the sum, zero the masked tail.
 inline void softmax_row_post(float* s, std::int64_t n, std::int64_t C, float sum) {
+#if defined(__AVX512F__)
+  const __m512 vd = _mm512_set1_ps(sum);
+  row_map_then_zero(s, n, C, [&](__mmask16 m, std::int64_t j) {
+    return _mm512_maskz_div_ps(m, _mm512_maskz_loadu_ps(m, s + j), vd);
+  });
+#else
   for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / sum;
   std::fill(s + n, s + C, 0.0f);
+#endif
 }
 // Softmax backward row: g = (p * (g - dot)) * scale, masked tail zeroed.
 inline void softmax_backward_row_post(const float* pr, float* g, std::int64_t n, std::int64_t C,
                                       float d, float scale) {
+#if defined(__AVX512F__)
+  const __m512 vd = _mm512_set1_ps(d), vs = _mm512_set1_ps(scale);
+  row_map_then_zero(g, n, C, [&](__mmask16 m, std::int64_t j) {
+    const __m512 t = _mm512_sub_ps(_mm512_maskz_loadu_ps(m, g + j), vd);
+    return _mm512_maskz_mul_ps(m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, pr + j), t), vs);
+  });
+#else
   for (std::int64_t j = 0; j < n; ++j) g[j] = (pr[j] * (g[j] - d)) * scale;
   std::fill(g + n, g + C, 0.0f);
+#endif
 }
 // Whether rows [i, i + 16) can take causal_group16_reduce.
 inline bool group16_ok(std::int64_t i, std::int64_t C, int B) {

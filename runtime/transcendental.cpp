@@ -170,6 +170,25 @@ void run_gelu_pair(const KernelCtx& ctx, const float* x, float* y, float* g, int
   in_chunks(ctx, n, body);
 }
 
+void run_exp_shift(const KernelCtx& ctx, const float* x, float shift, float* y, int64_t n) {
+  check_args(ctx, x, y, n, "exp_shifted");
+  if (n == 0) return;
+  auto body = [&](int64_t b, int64_t e) {
+    switch (ctx.isa) {
+      case Isa::scalar:
+        for (int64_t i = b; i < e; ++i) y[i] = exp_k(SF(x[i]) - SF(shift)).v;
+        break;
+      case Isa::avx2:
+        run_exp_shift_avx2(x + b, shift, y + b, e - b);
+        break;
+      case Isa::avx512:
+        run_exp_shift_avx512(x + b, shift, y + b, e - b);
+        break;
+    }
+  };
+  in_chunks(ctx, n, body);
+}
+
 }  // namespace
 }  // namespace detail
 
@@ -214,6 +233,10 @@ LOCKSTEP_MATH_ARRAY(gelu_tanh_grad)
 
 void gelu_tanh_and_grad(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n) {
   detail::run_gelu_pair(ctx, x, y, g, n);
+}
+
+void exp_shifted(const KernelCtx& ctx, const float* x, float shift, float* y, int64_t n) {
+  detail::run_exp_shift(ctx, x, shift, y, n);
 }
 
 }  // namespace lockstep::math

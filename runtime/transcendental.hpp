@@ -48,5 +48,8 @@ void gelu_tanh_grad(const KernelCtx& ctx, const float* x, float* y, int64_t n);
 // evaluated once): the same bits as the two calls above. g == x (in place) is allowed; y must
 // not alias x or g.
 void gelu_tanh_and_grad(const KernelCtx& ctx, const float* x, float* y, float* g, int64_t n);
+// y[i] = exp(x[i] - shift): the difference rounded to float, then ls_exp (the bits of a
+// subtraction pass followed by exp), in one pass; the softmax's rows. x == y is allowed.
+void exp_shifted(const KernelCtx& ctx, const float* x, float shift, float* y, int64_t n);
 
 }  // namespace lockstep::math

@@ -103,4 +103,8 @@ void run_gelu_pair_avx2(const float* x, float* y, float* g, int64_t n) {
   run_gelu_pair_lanes_<F8, 8>(x, y, g, n);
 }
 
+void run_exp_shift_avx2(const float* x, float shift, float* y, int64_t n) {
+  run_exp_shift_lanes_<F8, 8>(x, shift, y, n);
+}
+
 }  // namespace lockstep::math::detail

@@ -98,6 +98,15 @@ template <>
 F16 load<F16>(const float* p) {
   return F16::raw(_mm512_loadu_ps(p));
 }
+// Masked: lanes past n are neither read (no fault past the array) nor written.
+template <>
+F16 load_n<F16, 16>(const float* p, int64_t n) {
+  return F16::raw(_mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p));
+}
+template <>
+void store_n<F16, 16>(float* p, F16 a, int64_t n) {
+  _mm512_mask_storeu_ps(p, static_cast<__mmask16>((1u << n) - 1u), a.v);
+}
 }  // namespace
 
 void run_avx512(Fn fn, const float* x, float* y, int64_t n) {
@@ -106,6 +115,10 @@ void run_avx512(Fn fn, const float* x, float* y, int64_t n) {
 
 void run_gelu_pair_avx512(const float* x, float* y, float* g, int64_t n) {
   run_gelu_pair_lanes_<F16, 16>(x, y, g, n);
+}
+
+void run_exp_shift_avx512(const float* x, float shift, float* y, int64_t n) {
+  run_exp_shift_lanes_<F16, 16>(x, shift, y, n);
 }
 
 }  // namespace lockstep::math::detail

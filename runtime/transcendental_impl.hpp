@@ -30,6 +30,9 @@ void run_avx512(Fn fn, const float* x, float* y, int64_t n);
 // gelu_tanh and gelu_tanh_grad of x[0..n) in one pass (math::gelu_tanh_and_grad).
 void run_gelu_pair_avx2(const float* x, float* y, float* g, int64_t n);
 void run_gelu_pair_avx512(const float* x, float* y, float* g, int64_t n);
+// y[i] = exp(x[i] - shift) (math::exp_shifted).
+void run_exp_shift_avx2(const float* x, float shift, float* y, int64_t n);
+void run_exp_shift_avx512(const float* x, float shift, float* y, int64_t n);
 
 namespace {
 
@@ -78,6 +81,21 @@ inline typename F::M isnan_(F x) {
 // Lane loads and stores; each lane-type translation unit specializes these.
 template <class F>
 F load(const float* p);
+// The first n (0 < n < W) lanes of p into a vector, the others +0.0 (never stored back), and
+// the first n lanes of a vector to p; nothing past p[n - 1] is read or written. The default
+// goes through a padded copy; the AVX-512 unit specializes both with masked loads and stores.
+template <class F, int W>
+F load_n(const float* p, int64_t n) {
+  float b[W];
+  for (int l = 0; l < W; ++l) b[l] = l < n ? p[l] : 0.0f;
+  return load<F>(b);
+}
+template <class F, int W>
+void store_n(float* p, F a, int64_t n) {
+  float b[W];
+  store(b, a);
+  for (int l = 0; l < n; ++l) p[l] = b[l];
+}
 
 // ---- Twin<F>: two vectors per operation ---------------------------------------------------------
 // A lane type over two F vectors whose every operation is F's operation on each half, issued
@@ -455,8 +473,8 @@ inline F apply_(Fn fn, F x) {
 
 // Runs fn over x[0..n) with lane type F of width W, two vectors at a time through Twin<F>, then
 // one vector (y == x is allowed: every vector is loaded before it is stored); the tail goes
-// through one padded vector (same lanes, same bits), never through scalar code compiled with
-// this file's ISA flags.
+// through one partial vector (load_n / store_n: same lanes, same bits), never through scalar
+// code compiled with this file's ISA flags.
 template <class F, int W>
 inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
   int64_t i = 0;
@@ -480,12 +498,24 @@ inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
     LOCKSTEP_MATH_CASE(gelu_tanh_grad)
 #undef LOCKSTEP_MATH_CASE
   }
-  if (i < n) {
-    float bx[W], by[W];
-    for (int l = 0; l < W; ++l) bx[l] = i + l < n ? x[i + l] : 0.0f;
-    store(by, apply_(fn, load<F>(bx)));
-    for (int l = 0; i + l < n; ++l) y[i + l] = by[l];
+  if (i < n) store_n<F, W>(y + i, apply_(fn, load_n<F, W>(x + i, n - i)), n - i);
+}
+
+// y[i] = exp(x[i] - shift) over [0, n): exactly exp_k of the rounded difference, i.e. the bits
+// of subtracting and then calling the exp array kernel, in one pass (the softmax's rows).
+// y == x is allowed. Loop structure as in run_lanes_.
+template <class F, int W>
+inline void run_exp_shift_lanes_(const float* x, float shift, float* y, int64_t n) {
+  int64_t i = 0;
+  const F sh(shift);
+  const Twin<F> sh2(sh, sh);
+  for (; i + 2 * W <= n; i += 2 * W) {
+    const Twin<F> r = exp_k(Twin<F>(load<F>(x + i), load<F>(x + i + W)) - sh2);
+    store(y + i, r.a);
+    store(y + i + W, r.b);
   }
+  for (; i + W <= n; i += W) store(y + i, exp_k(load<F>(x + i) - sh));
+  if (i < n) store_n<F, W>(y + i, exp_k(load_n<F, W>(x + i, n - i) - sh), n - i);
 }
 
 // gelu_pair_k over x[0..n): y = gelu, g = gelu'; g may alias x (each vector is loaded before
@@ -509,16 +539,10 @@ inline void run_gelu_pair_lanes_(const float* x, float* y, float* g, int64_t n) 
     store(g + i, b);
   }
   if (i < n) {
-    float bx[W], by[W], bg[W];
-    for (int l = 0; l < W; ++l) bx[l] = i + l < n ? x[i + l] : 0.0f;
     F a, b;
-    gelu_pair_k(load<F>(bx), a, b);
-    store(by, a);
-    store(bg, b);
-    for (int l = 0; i + l < n; ++l) {
-      y[i + l] = by[l];
-      g[i + l] = bg[l];
-    }
+    gelu_pair_k(load_n<F, W>(x + i, n - i), a, b);
+    store_n<F, W>(y + i, a, n - i);
+    store_n<F, W>(g + i, b, n - i);
   }
 }
 

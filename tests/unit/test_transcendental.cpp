@@ -329,3 +329,41 @@ TEST_CASE("array API: any length, offset, thread count and in-place call gives s
   float v = 1.0f;
   CHECK_THROWS(math::exp(ctx, &v, &v, -1));
 }
+
+TEST_CASE("exp_shifted == ls_exp(x - shift) for any length, offset, shift and in-place call",
+          "[math]") {
+  std::vector<float> x(3000);
+  fill_normal(9, 10, 0, x.data(), int64_t(x.size()), 0.0f, 30.0f);
+  x[5] = std::numeric_limits<float>::quiet_NaN();
+  x[17] = -std::numeric_limits<float>::infinity();
+  x[18] = std::numeric_limits<float>::infinity();
+  x[33] = -0.0f;
+  x[34] = 0.0f;
+  x[40] = 0x1p-140f;
+  const float inf = std::numeric_limits<float>::infinity();
+  for (float shift : {0.0f, -0.0f, 3.25f, -70.5f, 100.0f, 0x1p-140f, inf}) {
+    for (Isa isa : supported_isas()) {
+      for (int64_t off : {0, 1, 3}) {
+        // Lengths around the vector widths (tails of 1..15 lanes, one and two vectors).
+        for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 2900}) {
+          KernelCtx ctx;
+          ctx.isa = isa;
+          ctx.threads = n > 1000 ? 2 : 1;
+          std::vector<float> y(n + 2, 42.0f);
+          math::exp_shifted(ctx, x.data() + off, shift, y.data() + 1, n);
+          bool ok = y[0] == 42.0f && y[n + 1] == 42.0f;  // nothing written outside [0, n)
+          for (int64_t i = 0; i < n; ++i)
+            ok &= bits(y[i + 1]) == bits(math::ls_exp(x[off + i] - shift));
+          std::vector<float> inplace(x.begin() + off, x.begin() + off + n);
+          math::exp_shifted(ctx, inplace.data(), shift, inplace.data(), n);
+          for (int64_t i = 0; i < n; ++i) ok &= bits(inplace[i]) == bits(y[i + 1]);
+          INFO("shift " << shift << " isa " << isa_name(isa) << " off " << off << " n " << n);
+          CHECK(ok);
+        }
+      }
+    }
+  }
+  KernelCtx ctx;
+  float v = 1.0f;
+  CHECK_THROWS(math::exp_shifted(ctx, &v, 0.0f, &v, -1));
+}
