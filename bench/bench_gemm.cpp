@@ -138,6 +138,10 @@ int main(int argc, char** argv) {
   app.add_option("--a-in-place", in_place,
                  "1: read A rows in place where they spread over L1 (default); 0: always copy")
       ->check(CLI::Range(0, 1));
+  std::int64_t lda_pad = 0;
+  app.add_option("--lda-pad", lda_pad,
+                 "floats of padding per row of A (lda = its columns + this; layout experiment)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -192,7 +196,8 @@ int main(int argc, char** argv) {
       const std::int64_t brows = sh.tb == Trans::N ? sh.k : sh.n,
                          bcols = sh.tb == Trans::N ? sh.n : sh.k;
       // 64-byte aligned, as the model's activations (model/gpt.cpp's buffers).
-      AlignedVector<float> A(static_cast<std::size_t>(arows * acols)),
+      const std::int64_t lda = acols + lda_pad;  // --lda-pad: rows of A further apart
+      AlignedVector<float> A(static_cast<std::size_t>(arows * lda)),
           B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * sh.n));
       std::uint64_t s = 1;
       for (auto* v : {&A, &B})
@@ -204,8 +209,8 @@ int main(int argc, char** argv) {
       for (int t : threads) {
         const KernelCtx ctx{isa, t, block};
         auto call = [&](GemmImpl impl) {
-          gemm(ctx, impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), acols, B.data(), bcols,
-               C.data(), sh.n);
+          gemm(ctx, impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols, C.data(),
+               sh.n);
         };
         // Calibrate calls per trial so one trial lasts about min_time.
         std::vector<int> calls(impls.size());

@@ -201,7 +201,27 @@ struct LayerActs {
   // from one evaluation, math::gelu_tanh_and_grad), so the backward multiplies instead of
   // re-evaluating; u itself is read by nothing else.
   bool u_holds_grad = false;
+  // Row stride of u, g (and the backward's dbig) [T, fl]: runtime/gemm.hpp's gemm_row_stride
+  // (1088 for fl 1024, whose 4 KiB rows would all fall into the same L1 sets), so that fc2's
+  // forward and fc1's input-gradient GEMM read them in place instead of copying them; fl
+  // itself under the op trace, which hashes these buffers whole. Only speed depends on it.
+  std::int64_t ffn_ld = 0;
 };
+
+// f(offset, len) over the entries [0, cols) of T rows `ld` floats apart, in pieces of about
+// 4,096 floats spread over `threads` (packed rows: flat pieces; strided rows: a row each).
+// For elementwise work: the pieces never change a value.
+template <class F>
+void for_row_pieces(int threads, std::int64_t T, std::int64_t cols, std::int64_t ld, F&& f) {
+  if (ld == cols) {
+    const std::int64_t n = T * cols, chunk = 4096, nch = (n + chunk - 1) / chunk;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t c = 0; c < nch; ++c) f(c * chunk, std::min(chunk, n - c * chunk));
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t t = 0; t < T; ++t) f(t * ld, cols);
+  }
+}
 
 // ---- causal attention GEMMs ---------------------------------------------------------------
 // The attention GEMMs of one (sequence, head) run on causal blocks only, with the bits of the
@@ -747,28 +767,27 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     // ---- MLP ----
     ln_forward(P(I.ln2w), P(I.ln2b), A.xhat2, A.rstd2, A.a2);
     if (m.rec) m.record(Impl::id(l, kLn2Fwd), {cs(m.h), pp(I.ln2w), pp(I.ln2b)}, cs(A.a2));
-    ensure(A.u, T * fl);
-    ensure(A.g, T * fl);
+    const std::int64_t fld = m.rec ? fl : gemm_row_stride(fl);
+    A.ffn_ld = fld;
+    ensure(A.u, T * fld);
+    ensure(A.g, T * fld);
     column_linear_forward(tp_, A.a2.data(), T, d, P(I.fc1), fl, P(I.fc1b), A.u.data(),
-                          m.pt(Impl::id(l, kFc1Fwd)));
+                          m.pt(Impl::id(l, kFc1Fwd)), fld);
     if (m.rec) m.record(Impl::id(l, kFc1Fwd), {cs(A.a2), pp(I.fc1), pp(I.fc1b)}, cs(A.u));
     {
-      const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
       const KernelCtx ctx1 = tp_.kernel1();
       const bool pair = train && !m.rec;
       A.u_holds_grad = pair;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static)
-      for (std::int64_t c = 0; c < nch; ++c) {
-        const std::int64_t lo = c * chunk, len = std::min(chunk, n - lo);
+      for_row_pieces(ctx.threads, T, fl, fld, [&](std::int64_t lo, std::int64_t len) {
         if (pair)
           math::gelu_tanh_and_grad(ctx1, A.u.data() + lo, A.g.data() + lo, A.u.data() + lo, len);
         else
           math::gelu_tanh(ctx1, A.u.data() + lo, A.g.data() + lo, len);
-      }
+      });
     }
     if (m.rec) m.record(Impl::id(l, kGeluFwd), {cs(A.u)}, cs(A.g));
     row_linear_forward(tp_, A.g.data(), T, fl, P(I.fc2), d, P(I.fc2b), m.y.data(),
-                       m.pt(Impl::id(l, kFc2Fwd)));
+                       m.pt(Impl::id(l, kFc2Fwd)), fld);
     if (m.rec) m.record(Impl::id(l, kFc2Fwd), {cs(A.g), pp(I.fc2), pp(I.fc2b)}, cs(m.y));
     dropout_residual(kDropFc2, A.keep_fc2, Impl::id(l, kMlpResFwd));
   }
@@ -847,7 +866,6 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
     m.record(kFinalLnBgrad, {cs(m.dhf)}, gg(m.lnfb));
   }
 
-  ensure(m.dbig, T * fl);
   ensure(m.dsmall, T * dl);
   const int nth = ctx.threads;
   const CausalGemms cg(tp_, C, B, false, !m.rec);
@@ -863,8 +881,10 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       dropout_apply(ctx, m.dh.data(), A.keep_fc2.data(), rs, T * d, m.dy.data());
       dy = m.dy.data();
     }
+    const std::int64_t fld = A.ffn_ld;  // u, g and dbig rows (LayerActs::ffn_ld)
+    ensure(m.dbig, T * fld);
     row_linear_backward(tp_, A.g.data(), dy, T, fl, P(I.fc2), d, G(I.fc2), G(I.fc2b), m.dbig.data(),
-                        m.pt(Impl::id(l, kFc2Wgrad)), m.pt(Impl::id(l, kFc2Dgrad)));
+                        m.pt(Impl::id(l, kFc2Wgrad)), m.pt(Impl::id(l, kFc2Dgrad)), fld);
     if (m.rec) {
       rec_wb(l, kFc2Wgrad, kFc2Bgrad, dy, T * d, A.g.data(), T * fl, I.fc2, I.fc2b);
       m.record(Impl::id(l, kFc2Dgrad), {cs(dy, T * d), pp(I.fc2)}, cs(m.dbig));
@@ -875,30 +895,27 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       if (m.rec)
         fail("Gpt::backward: the op trace started between forward and backward",
              "start recording before forward_backward");
-      const std::int64_t n = T * fl;
       const float* gp = A.u.data();
       float* dg = m.dbig.data();
-#pragma omp parallel for num_threads(nth) schedule(static)
-      for (std::int64_t e = 0; e < n; ++e) dg[e] = dg[e] * gp[e];
+      for_row_pieces(nth, T, fl, fld, [&](std::int64_t lo, std::int64_t len) {
+        for (std::int64_t e = lo; e < lo + len; ++e) dg[e] = dg[e] * gp[e];
+      });
     } else {
-      // du = dg * gelu'(u), gelu' staged in g's slot of the scratch row by row.
-      const std::int64_t n = T * fl, chunk = 4096, nch = (n + chunk - 1) / chunk;
+      // du = dg * gelu'(u), gelu' staged piece by piece in a per-thread scratch.
       const KernelCtx ctx1 = tp_.kernel1();
-#pragma omp parallel num_threads(nth)
-      {
-        Buf gp(static_cast<std::size_t>(chunk));
-#pragma omp for schedule(static)
-        for (std::int64_t c = 0; c < nch; ++c) {
-          const std::int64_t lo = c * chunk, len = std::min(chunk, n - lo);
-          math::gelu_tanh_grad(ctx1, A.u.data() + lo, gp.data(), len);
-          float* dg = m.dbig.data() + lo;
-          for (std::int64_t e = 0; e < len; ++e) dg[e] = dg[e] * gp[e];
-        }
-      }
+      std::vector<Buf> gps(static_cast<std::size_t>(nth));
+      for_row_pieces(nth, T, fl, fld, [&](std::int64_t lo, std::int64_t len) {
+        Buf& gp = gps[static_cast<std::size_t>(omp_get_thread_num())];
+        if (gp.size() < static_cast<std::size_t>(len)) gp.resize(static_cast<std::size_t>(len));
+        math::gelu_tanh_grad(ctx1, A.u.data() + lo, gp.data(), len);
+        float* dg = m.dbig.data() + lo;
+        for (std::int64_t e = 0; e < len; ++e) dg[e] = dg[e] * gp[e];
+      });
     }
     if (m.rec) m.record(Impl::id(l, kGeluBwd), {cs(m.rec_a), cs(A.u)}, cs(m.dbig));
     column_linear_backward(tp_, A.a2.data(), m.dbig.data(), T, d, P(I.fc1), fl, G(I.fc1), G(I.fc1b),
-                           m.dy.data(), m.pt(Impl::id(l, kFc1Wgrad)), m.pt(Impl::id(l, kFc1Dgrad)));
+                           m.dy.data(), m.pt(Impl::id(l, kFc1Wgrad)), m.pt(Impl::id(l, kFc1Dgrad)),
+                           fld);
     copy_to_tp_backward(tp_, sp(m.dy));
     if (m.rec) {
       rec_wb(l, kFc1Wgrad, kFc1Bgrad, m.dbig.data(), T * fl, A.a2.data(), T * d, I.fc1, I.fc1b);

@@ -62,36 +62,40 @@ void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t 
 
 void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
                            const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l,
-                           bool perturb) {
-  tp.gemm(perturb, Trans::N, Trans::T, T, out_l, in, X, in, W_l, in, Y_l, out_l);
-  if (b_l) add_bias_rows(tp.kernel(), Y_l, T, out_l, out_l, b_l);
+                           bool perturb, std::int64_t ld_wide) {
+  const std::int64_t ldy = ld_wide > 0 ? ld_wide : out_l;
+  tp.gemm(perturb, Trans::N, Trans::T, T, out_l, in, X, in, W_l, in, Y_l, ldy);
+  if (b_l) add_bias_rows(tp.kernel(), Y_l, T, out_l, ldy, b_l);
 }
 
 void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
                             std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
-                            float* db_l, float* dX_partial, bool perturb_wgrad,
-                            bool perturb_dgrad) {
-  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out_l, in, T, dY_l, out_l, X, in, dW_l, in);
-  if (db_l) csum_rows(tp.kernel(), dY_l, T, out_l, out_l, db_l);
+                            float* db_l, float* dX_partial, bool perturb_wgrad, bool perturb_dgrad,
+                            std::int64_t ld_wide) {
+  const std::int64_t ldd = ld_wide > 0 ? ld_wide : out_l;
+  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out_l, in, T, dY_l, ldd, X, in, dW_l, in);
+  if (db_l) csum_rows(tp.kernel(), dY_l, T, out_l, ldd, db_l);
   if (dX_partial)
-    tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in, out_l, dY_l, out_l, W_l, in, dX_partial, in);
+    tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in, out_l, dY_l, ldd, W_l, in, dX_partial, in);
 }
 
 void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
-                        const float* W_l, std::int64_t out, const float* b, float* Y,
-                        bool perturb) {
-  tp.gemm(perturb, Trans::N, Trans::T, T, out, in_l, X_l, in_l, W_l, in_l, Y, out);
+                        const float* W_l, std::int64_t out, const float* b, float* Y, bool perturb,
+                        std::int64_t ld_wide) {
+  const std::int64_t ldx = ld_wide > 0 ? ld_wide : in_l;
+  tp.gemm(perturb, Trans::N, Trans::T, T, out, in_l, X_l, ldx, W_l, in_l, Y, out);
   reduce_from_tp_forward(tp, std::span<float>(Y, static_cast<std::size_t>(T * out)));
   if (b) add_bias_rows(tp.kernel(), Y, T, out, out, b);
 }
 
 void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
                          std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
-                         float* db, float* dX_l, bool perturb_wgrad, bool perturb_dgrad) {
-  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out, in_l, T, dY, out, X_l, in_l, dW_l, in_l);
+                         float* db, float* dX_l, bool perturb_wgrad, bool perturb_dgrad,
+                         std::int64_t ld_wide) {
+  const std::int64_t ldx = ld_wide > 0 ? ld_wide : in_l;
+  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out, in_l, T, dY, out, X_l, ldx, dW_l, in_l);
   if (db) csum_rows(tp.kernel(), dY, T, out, out, db);
-  if (dX_l)
-    tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, in_l);
+  if (dX_l) tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, ldx);
 }
 
 }  // namespace lockstep

@@ -84,27 +84,31 @@ inline void reduce_from_tp_forward(const TpContext& tp, std::span<float> x) {
 }
 
 // ---- column-parallel linear: Y_l[T, out_l] = X[T, in] . W_l[out_l, in]^T (+ b_l) -----------
+// The wide side (Y_l here, dY_l in the backward) may have rows ld_wide >= out_l floats apart
+// (0: out_l), e.g. runtime/gemm.hpp's gemm_row_stride, so that the next GEMM reads it in place;
+// entries past out_l in a row are neither read nor written. Every other matrix is packed.
 void column_linear_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
                            const float* W_l, std::int64_t out_l, const float* b_l, float* Y_l,
-                           bool perturb = false);
+                           bool perturb = false, std::int64_t ld_wide = 0);
 // dW_l = dY_l^T X (overwritten); db_l = csum_rows(dY_l) if db_l; dX_partial = dY_l . W_l
 // (overwritten, this rank's partial: the caller completes it with copy_to_tp_backward, which
 // lets several column-parallel layers that read the same X share one allreduce).
 void column_linear_backward(const TpContext& tp, const float* X, const float* dY_l, std::int64_t T,
                             std::int64_t in, const float* W_l, std::int64_t out_l, float* dW_l,
                             float* db_l, float* dX_partial, bool perturb_wgrad = false,
-                            bool perturb_dgrad = false);
+                            bool perturb_dgrad = false, std::int64_t ld_wide = 0);
 
 // ---- row-parallel linear: Y[T, out] = reduce_TP(X_l[T, in_l] . W_l[out, in_l]^T) (+ b) ------
+// ld_wide: the row stride of the wide side X_l (and dX_l in the backward), as above.
 void row_linear_forward(const TpContext& tp, const float* X_l, std::int64_t T, std::int64_t in_l,
                         const float* W_l, std::int64_t out, const float* b, float* Y,
-                        bool perturb = false);
+                        bool perturb = false, std::int64_t ld_wide = 0);
 // dW_l = dY^T X_l; db = csum_rows(dY) if db; dX_l = dY . W_l (all overwritten; dY is replicated,
 // so the backward needs no communication).
 void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY, std::int64_t T,
                          std::int64_t in_l, const float* W_l, std::int64_t out, float* dW_l,
                          float* db, float* dX_l, bool perturb_wgrad = false,
-                         bool perturb_dgrad = false);
+                         bool perturb_dgrad = false, std::int64_t ld_wide = 0);
 
 // Y[t, j] = Y[t, j] + b[j] for T rows of width n (leading dimension ld).
 void add_bias_rows(const KernelCtx& ctx, float* Y, std::int64_t T, std::int64_t n, std::int64_t ld,

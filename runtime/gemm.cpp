@@ -126,6 +126,17 @@ std::string gemm_vendor_info() {
 GemmTuning gemm_tuning() {
   return gemm_detail::g_tuning;
 }
+
+std::int64_t gemm_row_stride(std::int64_t cols) {
+  check(cols >= 1, "gemm_row_stride: cols " + std::to_string(cols) + " must be positive",
+        "pass the matrix's column count");
+  constexpr int kMr = 12;  // the AVX-512 kernel's row tile (gemm_kernel_avx512.cpp)
+  const std::int64_t kl = std::min(cols, gemm_detail::g_tuning.kc_target);
+  const std::int64_t ld0 = (cols + 15) / 16 * 16;
+  for (std::int64_t ld = ld0; ld <= ld0 + 1024; ld += 16)
+    if (gemm_detail::rows_spread_l1(0, ld, kMr, 64 * kMr, kl)) return ld;
+  return cols;
+}
 void set_gemm_tuning(const GemmTuning& t) {
   check(t.kc_target >= 1 && t.nc >= 1 && t.mc >= 1,
         "GEMM tuning kc_target=" + std::to_string(t.kc_target) + " nc=" + std::to_string(t.nc) +

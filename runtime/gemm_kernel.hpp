@@ -259,6 +259,34 @@ struct Kernel {
 // A-panel layouts: RK (row r's kc values contiguous, row stride ARS_RK: a straight copy of
 // A rows when ta == N) and KR (the MR values of step k contiguous: a straight copy of A rows
 // when ta == T). Both feed the same FMAs in the same order.
+// Whether row tiles of `mr` rows, kl floats each, `lda` floats apart from `base`, put no more
+// than 4 lines into any 64-byte line set of a 64-set L1 (48 KiB, 12-way here), for every row
+// tile of an M-row matrix: then the kernels read A's micro-panels in place and the packed B
+// micro-panel streams through the other ways. Tile t's rows start at (base + t * mr * lda * 4)
+// mod 4 KiB, which repeats every 4 KiB / gcd(mr * lda * 4, 4 KiB) tiles (1 for lda 256 or 768),
+// so that many tiles are checked, at most 64 (a sample for strides with a longer period);
+// panels move the pattern by whole lines (kc floats). A 64-byte-aligned A with lda 256 or 768
+// at kl 256 gives 3 per set; lda 1024 puts all 12 rows in the same sets (copied instead).
+inline bool rows_spread_l1(std::uintptr_t base, std::int64_t lda, int mr, std::int64_t M,
+                           std::int64_t kl) {
+  constexpr std::uintptr_t kSets = 64, kLine = 64, kPage = kSets * kLine;
+  constexpr int kMaxPerSet = 4;
+  const std::uintptr_t tile_bytes = static_cast<std::uintptr_t>(mr * lda) * sizeof(float);
+  const std::int64_t period = static_cast<std::int64_t>(kPage / std::gcd(tile_bytes, kPage));
+  const std::int64_t tiles = std::min<std::int64_t>({M / mr, period, 64});
+  for (std::int64_t t = 0; t < tiles; ++t) {
+    int count[kSets] = {};
+    for (int r = 0; r < mr; ++r) {
+      const std::uintptr_t s0 =
+          base + static_cast<std::uintptr_t>((t * mr + r) * lda) * sizeof(float);
+      const std::uintptr_t first = s0 / kLine, last = (s0 + kl * sizeof(float) - 1) / kLine;
+      for (std::uintptr_t l = first; l <= last && l < first + kSets; ++l)
+        if (++count[l % kSets] > kMaxPerSet) return false;
+    }
+  }
+  return true;
+}
+
 template <class Kern>
 struct Driver {
   static constexpr int MR = Kern::MR;
@@ -463,32 +491,10 @@ struct Driver {
   };
 
   // Whether MR rows of op(A) = A (ta == N), kl floats each, are read in place instead of
-  // copied into the RK layout: no 64-byte line set of a 64-set L1 (48 KiB, 12-way here) holds
-  // more than 4 lines of them, for every row tile. Tile t's rows start at (base + t * MR * lda
-  // * 4) mod 4 KiB, which repeats every 4 KiB / gcd(MR * lda * 4, 4 KiB) tiles (1 for lda 256
-  // or 768), so that many tiles are checked, at most 64 (a sample for strides with a longer
-  // period); panels move the pattern by whole lines (kc floats). The packed B micro-panel
-  // streams through the other ways. A 64-byte-aligned A with lda 256 or 768 at kl 256 gives 3
-  // per set; lda 1024 puts all 12 rows in the same sets (copied, as before). Only speed
-  // depends on this choice: the kernels read the same values in the same order either way.
+  // copied into the RK layout (rows_spread_l1 above). Only speed depends on this choice: the
+  // kernels read the same values in the same order either way.
   static bool rows_spread(const GemmArgs& g, std::int64_t kl) {
-    constexpr std::uintptr_t kSets = 64, kLine = 64, kPage = kSets * kLine;
-    constexpr int kMaxPerSet = 4;
-    const std::uintptr_t base = reinterpret_cast<std::uintptr_t>(g.A);
-    const std::uintptr_t tile_bytes = static_cast<std::uintptr_t>(MR * g.lda) * sizeof(float);
-    const std::int64_t period = static_cast<std::int64_t>(kPage / std::gcd(tile_bytes, kPage));
-    const std::int64_t tiles = std::min<std::int64_t>({g.M / MR, period, 64});
-    for (std::int64_t t = 0; t < tiles; ++t) {
-      int count[kSets] = {};
-      for (int r = 0; r < MR; ++r) {
-        const std::uintptr_t s0 =
-            base + static_cast<std::uintptr_t>((t * MR + r) * g.lda) * sizeof(float);
-        const std::uintptr_t first = s0 / kLine, last = (s0 + kl * sizeof(float) - 1) / kLine;
-        for (std::uintptr_t l = first; l <= last && l < first + kSets; ++l)
-          if (++count[l % kSets] > kMaxPerSet) return false;
-      }
-    }
-    return true;
+    return rows_spread_l1(reinterpret_cast<std::uintptr_t>(g.A), g.lda, MR, g.M, kl);
   }
 
   // Where the next A block to pack comes from (for prefetching); rows empty = none.

@@ -465,7 +465,8 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
   };
   for (const Shape& s :
        {Shape{1030, 96, 256, 256}, Shape{600, 64, 768, 768}, Shape{250, 40, 300, 300},
-        Shape{96, 33, 1024, 1024}, Shape{100, 64, 700, 768}, Shape{61, 50, 1040, 1040}}) {
+        Shape{96, 33, 1024, 1024}, Shape{100, 64, 700, 768}, Shape{61, 50, 1040, 1040},
+        Shape{100, 64, 1024, 1088}}) {
     for (Trans tb : kTrans) {
       const int B = 64;
       const Problem p = make_problem(Trans::N, tb, s.M, s.N, s.K, s.lda - s.K, 9 + s.K, Fill::wide);
@@ -499,6 +500,24 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
       }
     }
   }
+}
+
+TEST_CASE("gemm_row_stride: the smallest multiple of 16 >= cols whose rows spread over L1") {
+  // 1 KiB and 3 KiB rows already spread (3 lines per set for 12 rows of 256 floats); rows of
+  // 1024, 1040, 1056 and 1072 floats put 12, 12, 8 and 6 lines into one set, 1088 shifts each
+  // row by 4 lines: at most 4 per set (the model's FFN activations at fl 1024).
+  CHECK(gemm_row_stride(256) == 256);
+  CHECK(gemm_row_stride(768) == 768);
+  CHECK(gemm_row_stride(1024) == 1088);
+  CHECK(gemm_row_stride(100) == 112);
+  for (std::int64_t cols : {1, 16, 17, 64, 512, 1000, 2048, 4096, 3000}) {
+    const std::int64_t ld = gemm_row_stride(cols);
+    INFO("cols " << cols << " ld " << ld);
+    CHECK(ld >= cols);
+    CHECK(ld % 16 == 0);
+    CHECK(ld <= (cols + 15) / 16 * 16 + 1024);
+  }
+  CHECK_THROWS(gemm_row_stride(0));
 }
 
 TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions and unknown names") {
