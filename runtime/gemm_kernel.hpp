@@ -256,9 +256,6 @@ struct Kernel {
   }
 };
 
-// A-panel layouts: RK (row r's kc values contiguous, row stride ARS_RK: a straight copy of
-// A rows when ta == N) and KR (the MR values of step k contiguous: a straight copy of A rows
-// when ta == T). Both feed the same FMAs in the same order.
 // Whether row tiles of `mr` rows, kl floats each, `lda` floats apart from `base`, put no more
 // than 4 lines into any 64-byte line set of a 64-set L1 (48 KiB, 12-way here), for every row
 // tile of an M-row matrix: then the kernels read A's micro-panels in place and the packed B
@@ -287,6 +284,9 @@ inline bool rows_spread_l1(std::uintptr_t base, std::int64_t lda, int mr, std::i
   return true;
 }
 
+// A-panel layouts: RK (row r's kc values contiguous, row stride ARS_RK: a straight copy of
+// A rows when ta == N) and KR (the MR values of step k contiguous: a straight copy of A rows
+// when ta == T). Both feed the same FMAs in the same order.
 template <class Kern>
 struct Driver {
   static constexpr int MR = Kern::MR;
