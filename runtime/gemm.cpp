@@ -109,11 +109,16 @@ GemmImpl parse_gemm_impl(std::string_view name) {
 //    OpenBLAS are within +-5% of each other per shape (chain 105-145 GFLOP/s, OpenBLAS
 //    101-139); at 2 threads chain is 8-40% faster (e.g. 1024x256x256 NN 267 vs 177), and
 //    OpenBLAS's own pthread pool competes with the OpenMP threads of the rest of the step.
-//    So chain (one FMA chain per element: deterministic, the fastest recipe we have).
+//    Between chain and canonical, in the training step itself (2026-12-01, bench-small, fast
+//    mode, 4 alternated pairs of 14-step runs): canonical 225-229 vs chain 228-232 ms/step at
+//    np 2 x 1, 244-246 vs 252-253 at np 1 x 2. chain continues each C tile from C at every K
+//    panel (12 rows ldc apart, loaded and stored per panel), which costs more in the step than
+//    canonical's contiguous slot tiles, although bench_gemm (warm caches, one GEMM at a time)
+//    has chain 1-3% ahead. So canonical: the fastest recipe we have in the step.
 //  * AVX2 only: OpenBLAS's Haswell kernels are ~1.5x our AVX2 chain (72 vs 41 GFLOP/s at
 //    2048x768x256 NT, 1 thread), so OpenBLAS.
 GemmImpl fastest_gemm_impl(Isa isa) {
-  return isa == Isa::avx512 ? GemmImpl::chain : GemmImpl::openblas;
+  return isa == Isa::avx512 ? GemmImpl::canonical : GemmImpl::openblas;
 }
 
 std::string gemm_vendor_info() {

@@ -6,7 +6,7 @@
 //                                   chain from -0.0, blocks combined by the pairwise tree T.
 //   chain      (deterministic mode) one FMA chain from -0.0 over the whole K per element.
 //   eigen, openblas                 vendor GEMMs; not bitwise reproducible across layouts.
-//   fast mode runs fastest_gemm_impl(isa): chain or openblas, whichever measured faster.
+//   fast mode runs fastest_gemm_impl(isa): canonical or openblas, whichever measured faster.
 //   reference                       the canonical contract written out literally (scalar).
 //
 // Determinism contract: canonical returns the bits of `reference` for every ISA path, thread
@@ -35,7 +35,8 @@ const char* gemm_impl_name(GemmImpl impl);
 GemmImpl parse_gemm_impl(std::string_view name);
 // Fast mode's GEMM on a CPU whose kernels run the ISA path `isa`: the implementation that
 // measured fastest on the model shapes (see the comment at the definition in gemm.cpp for
-// the numbers): chain on AVX-512, OpenBLAS otherwise.
+// the numbers): canonical on AVX-512 (faster than chain in the training step), OpenBLAS
+// otherwise.
 GemmImpl fastest_gemm_impl(Isa isa);
 
 // C[M,N] = op(A)[M,K] . op(B)[K,N]; C is overwritten.
