@@ -224,24 +224,36 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
   }
 }
 
-void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
-                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch, AttnChecks* checks) {
+namespace {
+// The shared body of causal_prefix / causal_suffix: X made contiguous (and tested), the rest of
+// the scratch for the kernel's tree, Y's zero test when checks are asked for.
+template <bool Suffix>
+void causal_product(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
+                    const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
+                    AttnChecks* checks) {
   if (checks) *checks = AttnChecks{};
   const float* x = contiguous_rows(X, ldx, C, hd, scratch, checks ? &checks->x_finite : nullptr);
   float* rest = scratch + C * hd;
   bool* zero = checks ? &checks->y_zero : nullptr;
-  by_nv(hd, [&]<int NV>() { prefix_impl<NV>(C, B, tree, P, x, hd, Y, ldy, rest, zero); });
+  by_nv(hd, [&]<int NV>() {
+    if constexpr (Suffix)
+      suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero);
+    else
+      prefix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero);
+  });
+}
+}  // namespace
+
+void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
+                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                          float* scratch, AttnChecks* checks) {
+  causal_product<false>(C, hd, B, tree, P, X, ldx, Y, ldy, scratch, checks);
 }
 
 void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
                           const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
                           float* scratch, AttnChecks* checks) {
-  if (checks) *checks = AttnChecks{};
-  const float* x = contiguous_rows(X, ldx, C, hd, scratch, checks ? &checks->x_finite : nullptr);
-  float* rest = scratch + C * hd;
-  bool* zero = checks ? &checks->y_zero : nullptr;
-  by_nv(hd, [&]<int NV>() { suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero); });
+  causal_product<true>(C, hd, B, tree, A, X, ldx, Y, ldy, scratch, checks);
 }
 
 }  // namespace lockstep::attn_gemm_detail

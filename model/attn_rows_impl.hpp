@@ -160,8 +160,8 @@ inline void store_upto(float* s, std::int64_t j, std::int64_t C, __m512 v) {
   else
     _mm512_mask_storeu_ps(s + j, first_lanes(C - j), v);
 }
-// f(x, j) on the 16-lane blocks of [0, n) (a partial last block computes under a mask, its
-// lanes past n becoming +0.0), +0.0 stored over [n, C).
+// s[j, j + 16) = op(mask, j) for the 16-lane blocks of [0, n) (the mask selects the lanes
+// below n; a partial last block's lanes past n must come out +0.0), +0.0 stored over [n, C).
 template <class Op>
 inline void row_map_then_zero(float* s, std::int64_t n, std::int64_t C, Op op) {
   std::int64_t j = 0;

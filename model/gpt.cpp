@@ -201,11 +201,6 @@ struct LayerActs {
   // from one evaluation, math::gelu_tanh_and_grad), so the backward multiplies instead of
   // re-evaluating; u itself is read by nothing else.
   bool u_holds_grad = false;
-  // Row stride of u, g (and the backward's dbig) [T, fl]: runtime/gemm.hpp's gemm_row_stride
-  // (1088 for fl 1024, whose 4 KiB rows would all fall into the same L1 sets), so that fc2's
-  // forward and fc1's input-gradient GEMM read them in place instead of copying them; fl
-  // itself under the op trace, which hashes these buffers whole. Only speed depends on it.
-  std::int64_t ffn_ld = 0;
 };
 
 // f(offset, len) over the entries [0, cols) of T rows `ld` floats apart, in pieces of about
@@ -309,6 +304,9 @@ class CausalGemms {
   // scratch: at least 8 * rows() * n floats, and the fused kernels' size.
   void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
               float* Y, std::int64_t ldy, float* scratch) const {
+    auto full = [&] {
+      tp_.gemm(perturbed_, Trans::T, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
+    };
     // Row j in full (every term, masked ones included): the zero-row fix-up.
     auto full_row = [&](std::int64_t j) {
       tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
@@ -318,17 +316,15 @@ class CausalGemms {
       AttnChecks chk;
       causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch,
                     exact_ ? &chk : nullptr);
-      if (!chk.x_finite)
-        tp_.gemm(perturbed_, Trans::T, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
-      else if (chk.y_zero)
-        redo_zero_rows(Y, 0, C_, n, ldy, full_row);
+      if (!chk.x_finite) return full();
+      if (chk.y_zero) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
       return;
     }
-    const bool full = exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx);
+    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
     for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
       const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
       float* y = Y + j0 * ldy;
-      if (full || m == 0) {
+      if (m == 0) {
         tp_.gemm(perturbed_, Trans::T, Trans::N, j1 - j0, n, C_, A + j0, lda, X, ldx, y, ldy, true);
         continue;
       }
@@ -425,6 +421,12 @@ struct QkvView {
 
 struct Gpt::Impl {
   std::int64_t T = 0, mb = 0, step = 0;
+  // Row stride of every layer's u, g (and the backward's dbig) [T, fl], set by forward:
+  // runtime/gemm.hpp's gemm_row_stride (1088 for fl 1024, whose 4 KiB rows would all fall into
+  // the same L1 sets), so that fc2's forward and fc1's input-gradient GEMM read them in place
+  // instead of copying them; fl itself under the op trace, which hashes these buffers whole.
+  // Only speed depends on it.
+  std::int64_t ffn_ld = 0;
   bool train = false, dropout_on = false;
   std::vector<LayerIdx> li;
   int embed = 0, pos = 1, lnfw = 0, lnfb = 0;
@@ -605,6 +607,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
   m.dropout_on = train && cfg_.dropout > 0.0f;
   const float p = cfg_.dropout, rs = m.dropout_on ? 1.0f / (1.0f - p) : 1.0f;
   m.rec = m.obs && m.obs->recording();
+  m.ffn_ld = m.rec ? fl : gemm_row_stride(fl);
   auto pp = [&](int i) {
     return i < 0 ? std::span<const float>() : cs(params_[i].data<float>(), params_[i].numel());
   };
@@ -767,8 +770,7 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     // ---- MLP ----
     ln_forward(P(I.ln2w), P(I.ln2b), A.xhat2, A.rstd2, A.a2);
     if (m.rec) m.record(Impl::id(l, kLn2Fwd), {cs(m.h), pp(I.ln2w), pp(I.ln2b)}, cs(A.a2));
-    const std::int64_t fld = m.rec ? fl : gemm_row_stride(fl);
-    A.ffn_ld = fld;
+    const std::int64_t fld = m.ffn_ld;
     ensure(A.u, T * fld);
     ensure(A.g, T * fld);
     column_linear_forward(tp_, A.a2.data(), T, d, P(I.fc1), fl, P(I.fc1b), A.u.data(),
@@ -881,7 +883,7 @@ void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float
       dropout_apply(ctx, m.dh.data(), A.keep_fc2.data(), rs, T * d, m.dy.data());
       dy = m.dy.data();
     }
-    const std::int64_t fld = A.ffn_ld;  // u, g and dbig rows (LayerActs::ffn_ld)
+    const std::int64_t fld = m.ffn_ld;  // u, g and dbig rows (Impl::ffn_ld)
     ensure(m.dbig, T * fld);
     row_linear_backward(tp_, A.g.data(), dy, T, fl, P(I.fc2), d, G(I.fc2), G(I.fc2b), m.dbig.data(),
                         m.pt(Impl::id(l, kFc2Wgrad)), m.pt(Impl::id(l, kFc2Dgrad)), fld);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -297,6 +298,28 @@ TEST_CASE("special values follow libm", "[math]") {
   CHECK(ls_gelu_tanh_grad(1e30f) == 1.0f);
 }
 
+namespace {
+// One array call on x[off, off + n) (threads 2 past 1,000 elements): every result has the
+// scalar function's bits, nothing outside [0, n) of the output is written (sentinels), and
+// the in-place call gives the same bits.
+bool array_gives_scalar_bits(
+    const std::function<void(const KernelCtx&, const float*, float*, int64_t)>& array,
+    const std::function<float(float)>& scalar, Isa isa, const std::vector<float>& x, int64_t off,
+    int64_t n) {
+  KernelCtx ctx;
+  ctx.isa = isa;
+  ctx.threads = n > 1000 ? 2 : 1;
+  std::vector<float> y(n + 2, 42.0f);
+  array(ctx, x.data() + off, y.data() + 1, n);
+  bool ok = y[0] == 42.0f && y[n + 1] == 42.0f;
+  for (int64_t i = 0; i < n; ++i) ok &= bits(y[i + 1]) == bits(scalar(x[off + i]));
+  std::vector<float> inplace(x.begin() + off, x.begin() + off + n);
+  array(ctx, inplace.data(), inplace.data(), n);
+  for (int64_t i = 0; i < n; ++i) ok &= bits(inplace[i]) == bits(y[i + 1]);
+  return ok;
+}
+}  // namespace
+
 TEST_CASE("array API: any length, offset, thread count and in-place call gives scalar bits",
           "[math]") {
   std::vector<float> x(3000);
@@ -309,18 +332,8 @@ TEST_CASE("array API: any length, offset, thread count and in-place call gives s
     for (Isa isa : supported_isas()) {
       for (int64_t off : {0, 1, 3}) {
         for (int64_t n : {0, 1, 7, 15, 16, 17, 31, 33, 47, 64, 2900}) {
-          KernelCtx ctx;
-          ctx.isa = isa;
-          ctx.threads = n > 1000 ? 2 : 1;
-          std::vector<float> y(n + 2, 42.0f);
-          kArray[f](ctx, x.data() + off, y.data() + 1, n);
-          bool ok = y[0] == 42.0f && y[n + 1] == 42.0f;
-          for (int64_t i = 0; i < n; ++i) ok &= bits(y[i + 1]) == bits(kScalar[f](x[off + i]));
-          std::vector<float> inplace(x.begin() + off, x.begin() + off + n);
-          kArray[f](ctx, inplace.data(), inplace.data(), n);
-          for (int64_t i = 0; i < n; ++i) ok &= bits(inplace[i]) == bits(y[i + 1]);
           INFO(kNames[f] << " isa " << isa_name(isa) << " off " << off << " n " << n);
-          CHECK(ok);
+          CHECK(array_gives_scalar_bits(kArray[f], kScalar[f], isa, x, off, n));
         }
       }
     }
@@ -346,19 +359,12 @@ TEST_CASE("exp_shifted == ls_exp(x - shift) for any length, offset, shift and in
       for (int64_t off : {0, 1, 3}) {
         // Lengths around the vector widths (tails of 1..15 lanes, one and two vectors).
         for (int64_t n : {0, 1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 47, 64, 2900}) {
-          KernelCtx ctx;
-          ctx.isa = isa;
-          ctx.threads = n > 1000 ? 2 : 1;
-          std::vector<float> y(n + 2, 42.0f);
-          math::exp_shifted(ctx, x.data() + off, shift, y.data() + 1, n);
-          bool ok = y[0] == 42.0f && y[n + 1] == 42.0f;  // nothing written outside [0, n)
-          for (int64_t i = 0; i < n; ++i)
-            ok &= bits(y[i + 1]) == bits(math::ls_exp(x[off + i] - shift));
-          std::vector<float> inplace(x.begin() + off, x.begin() + off + n);
-          math::exp_shifted(ctx, inplace.data(), shift, inplace.data(), n);
-          for (int64_t i = 0; i < n; ++i) ok &= bits(inplace[i]) == bits(y[i + 1]);
           INFO("shift " << shift << " isa " << isa_name(isa) << " off " << off << " n " << n);
-          CHECK(ok);
+          CHECK(array_gives_scalar_bits(
+              [shift](const KernelCtx& c, const float* in, float* out, int64_t len) {
+                math::exp_shifted(c, in, shift, out, len);
+              },
+              [shift](float v) { return math::ls_exp(v - shift); }, isa, x, off, n));
         }
       }
     }
