@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "launch/commands.hpp"
-#include "launch/indexed_dataset.hpp"
-#include "launch/synthetic_corpus.hpp"
-#include "launch/tokenizer.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/synthetic_corpus.hpp"
+#include "data/tokenizer.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::cli {

@@ -17,9 +17,9 @@
 #include <vector>
 
 #include "launch/config.hpp"
-#include "launch/gpt_dataset.hpp"
+#include "data/gpt_dataset.hpp"
 #include "launch/grad_sync.hpp"
-#include "launch/sampler.hpp"
+#include "data/sampler.hpp"
 #include "launch/state_trace.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"

@@ -13,7 +13,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "launch/preemption.hpp"
-#include "launch/sampler.hpp"
+#include "data/sampler.hpp"
 #include "launch/state_trace.hpp"
 #include "launch/tax_modes.hpp"
 #include "launch/train_job.hpp"

@@ -1,4 +1,4 @@
-// GPT sample packing (launch/gpt_dataset.hpp): sample i is the C + 1 tokens at i*C of the
+// GPT sample packing (data/gpt_dataset.hpp): sample i is the C + 1 tokens at i*C of the
 // concatenated document stream, (T - 1) / C samples, labels shifted by one, windows crossing
 // documents; the same from an indexed dataset and from an in-memory source.
 #include <catch2/catch.hpp>
@@ -10,9 +10,9 @@
 
 #include <unistd.h>
 
-#include "launch/gpt_dataset.hpp"
-#include "launch/indexed_dataset.hpp"
-#include "launch/synthetic_corpus.hpp"
+#include "data/gpt_dataset.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/synthetic_corpus.hpp"
 #include "runtime/error.hpp"
 
 using namespace lockstep;

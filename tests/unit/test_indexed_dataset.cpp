@@ -1,5 +1,5 @@
-// The Megatron indexed dataset (launch/indexed_dataset.hpp) and the byte tokenizer
-// (launch/tokenizer.hpp): exact .idx bytes, round trips for u8/u16/i32, the concatenated token
+// The Megatron indexed dataset (data/indexed_dataset.hpp) and the byte tokenizer
+// (data/tokenizer.hpp): exact .idx bytes, round trips for u8/u16/i32, the concatenated token
 // stream, and one clear error for each kind of bad file.
 #include <catch2/catch.hpp>
 
@@ -12,8 +12,8 @@
 
 #include <unistd.h>
 
-#include "launch/indexed_dataset.hpp"
-#include "launch/tokenizer.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/tokenizer.hpp"
 #include "runtime/error.hpp"
 
 using namespace lockstep;

@@ -1,4 +1,4 @@
-// The global sample order (launch/sampler.hpp): Philox-keyed permutations per epoch, global
+// The global sample order (data/sampler.hpp): Philox-keyed permutations per epoch, global
 // batches as consecutive slices with the epoch remainder dropped, layout independence over DP
 // ranks and microbatches, and bitwise resume from a saved state.
 #include <catch2/catch.hpp>
@@ -9,8 +9,8 @@
 #include <numeric>
 #include <vector>
 
-#include "launch/gpt_dataset.hpp"
-#include "launch/sampler.hpp"
+#include "data/gpt_dataset.hpp"
+#include "data/sampler.hpp"
 #include "runtime/error.hpp"
 
 using namespace lockstep;
@@ -70,7 +70,7 @@ TEST_CASE("sampler: epoch order is a permutation keyed by (seed, epoch) only", "
 TEST_CASE("sampler: the permutation is pinned (changing it changes every run's data)",
           "[data][sampler]") {
   // Values of the documented algorithm (Fisher-Yates + Lemire over CounterRng), reproduced by an
-  // independent Python implementation of the spec in launch/sampler.hpp.
+  // independent Python implementation of the spec in data/sampler.hpp.
   const auto p = epoch_permutation(1234, 0, 10);
   const auto q = epoch_permutation(1234, 7, 10);
   INFO("epoch 0: " << ::Catch::Detail::stringify(p)

@@ -1,4 +1,4 @@
-// The built-in synthetic corpus (launch/synthetic_corpus.hpp): deterministic per seed,
+// The built-in synthetic corpus (data/synthetic_corpus.hpp): deterministic per seed,
 // different across seeds, EOD-separated documents, and learnable: its byte entropies are far
 // below log(256).
 #include <catch2/catch.hpp>
@@ -8,9 +8,9 @@
 #include <cstdio>
 #include <string>
 
-#include "launch/gpt_dataset.hpp"
-#include "launch/synthetic_corpus.hpp"
-#include "launch/tokenizer.hpp"
+#include "data/gpt_dataset.hpp"
+#include "data/synthetic_corpus.hpp"
+#include "data/tokenizer.hpp"
 
 using namespace lockstep::data;
 

@@ -1,10 +1,10 @@
-#include "launch/gpt_dataset.hpp"
+#include "data/gpt_dataset.hpp"
 
 #include <cstring>
 #include <vector>
 
-#include "launch/indexed_dataset.hpp"
-#include "launch/synthetic_corpus.hpp"
+#include "data/indexed_dataset.hpp"
+#include "data/synthetic_corpus.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::data {

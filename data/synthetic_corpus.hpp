@@ -1,6 +1,6 @@
 // The built-in synthetic corpus (DESIGN.md section 5): a seeded, generated language that a
 // small model learns quickly, so every command works with no data at all. It is a TokenSource
-// of byte tokens (launch/tokenizer.hpp) with EOD = 0 after every document.
+// of byte tokens (data/tokenizer.hpp) with EOD = 0 after every document.
 //
 // The language (fixed; changing it changes every run that uses it):
 //   - a vocabulary of `words` pseudo-words of letters (consonant/vowel syllables); word r has
@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/gpt_dataset.hpp"
+#include "data/gpt_dataset.hpp"
 
 namespace lockstep::data {
 

@@ -3,7 +3,7 @@
 //
 // Packing (fixed; changing it changes every run's data): the source's documents are
 // concatenated in their stored order (no document shuffling: the sampler shuffles samples,
-// see launch/sampler.hpp), each document already ending in EOD, into one token stream
+// see data/sampler.hpp), each document already ending in EOD, into one token stream
 // t[0, T). Sample i is the window t[i*C, i*C + C + 1) of C + 1 tokens (C = context): inputs
 // are its first C tokens, labels its last C (shifted by one). Consecutive samples overlap by
 // exactly one token, a sample may span documents (attention is not reset at EOD), and the
@@ -37,7 +37,7 @@ struct DataConfig {
   int64_t global_batch = 8;           // sequences per step
   int64_t context = 64;               // model.context
   uint64_t seed = 1234;               // run.seed: keys the sample order
-  uint64_t synthetic_seed = 1234;     // keys the synthetic corpus (launch/synthetic_corpus.hpp)
+  uint64_t synthetic_seed = 1234;     // keys the synthetic corpus (data/synthetic_corpus.hpp)
   int64_t synthetic_bytes = 4 << 20;  // size of the synthetic corpus
 };
 

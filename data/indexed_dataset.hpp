@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "launch/gpt_dataset.hpp"
+#include "data/gpt_dataset.hpp"
 
 namespace lockstep::data {
 

@@ -1,10 +1,10 @@
-#include "launch/synthetic_corpus.hpp"
+#include "data/synthetic_corpus.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <set>
 
-#include "launch/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 #include "runtime/error.hpp"
 #include "runtime/philox.hpp"
 

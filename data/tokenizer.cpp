@@ -1,4 +1,4 @@
-#include "launch/tokenizer.hpp"
+#include "data/tokenizer.hpp"
 
 namespace lockstep::data {
 

@@ -25,7 +25,7 @@
 #include <nlohmann/json.hpp>
 #include <vector>
 
-#include "launch/gpt_dataset.hpp"
+#include "data/gpt_dataset.hpp"
 
 namespace lockstep::data {
 

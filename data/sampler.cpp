@@ -1,4 +1,4 @@
-#include "launch/sampler.hpp"
+#include "data/sampler.hpp"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "launch/indexed_dataset.hpp"
+#include "data/indexed_dataset.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
