@@ -10,8 +10,8 @@
 #include <span>
 #include <string>
 
-#include "model/attn_gemm.hpp"
-#include "model/attn_rows.hpp"
+#include "model/kernels/attn_gemm.hpp"
+#include "model/kernels/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "parallel/fused_linear3.hpp"
 #include "parallel/vocab_parallel.hpp"
@@ -240,7 +240,7 @@ void for_row_pieces(int threads, std::int64_t T, std::int64_t cols, std::int64_t
 class CausalGemms {
  public:
   // perturbed (debug.perturb): the canonical GEMM with block tp.perturbed_block().
-  // fused: use model/attn_gemm.hpp's kernels where they apply (never when perturbed; the op
+  // fused: use model/kernels/attn_gemm.hpp's kernels where they apply (never when perturbed; the op
   // trace passes false because it records the scores' masked entries, which those kernels
   // leave unwritten). `scratch` arguments: attn_gemm_scratch_floats(C, hd, B) floats per
   // thread, used only by the fused kernels.

@@ -23,7 +23,7 @@
 //    Implementation: the six attention GEMMs run on causal blocks only (CausalGemms in
 //    gpt.cpp), with the bits of the full GEMMs above (proof there; rows whose result has a
 //    zero, and operands with Inf/NaN, are recomputed with the full K). The softmax rows are
-//    model/attn_rows.hpp.
+//    model/kernels/attn_rows.hpp.
 //  - Column-parallel layers that read the same input (q, k, v) return partial input
 //    gradients that are TP-reduced separately (one allreduce of the 3 stacked buffers) and
 //    then combined as (dq_part + dk_part) + dv_part.

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <vector>
 
-#include "model/ln_rows.hpp"
+#include "model/kernels/ln_rows.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/philox_batch.hpp"
 

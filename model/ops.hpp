@@ -15,7 +15,7 @@ namespace lockstep {
 // LayerNorm over the last dimension (n features) of T rows, per row:
 //   mean = csum(x)/n; c = x - mean; var = csum(c*c)/n; rstd = 1/sqrt(var + eps);
 //   xhat = c * rstd; y = xhat * w + b   (no FMA anywhere).
-// Stores xhat [T, n] and rstd [T] for the backward. Computed by model/ln_rows.hpp's per-ISA
+// Stores xhat [T, n] and rstd [T] for the backward. Computed by model/kernels/ln_rows.hpp's per-ISA
 // kernels (row sums across rows in vector lanes); same bits on every path and thread count.
 void layernorm_forward(const KernelCtx& ctx, const float* x, std::int64_t T, std::int64_t n,
                        const float* w, const float* b, float eps, float* xhat, float* rstd,

@@ -1,4 +1,4 @@
-// The fused causal attention GEMMs (model/attn_gemm.hpp) against the canonical and chain GEMMs
+// The fused causal attention GEMMs (model/kernels/attn_gemm.hpp) against the canonical and chain GEMMs
 // of runtime/gemm.hpp on full-size operands: scores bit for bit on the causal part; prefix and
 // suffix bit for bit on every nonzero element and zero where the GEMM gives a zero (the
 // caller's row fix-up then makes those rows exact; gpt.cpp's CausalGemms, tested end to end in
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "../support/test_data.hpp"
-#include "model/attn_gemm.hpp"
+#include "model/kernels/attn_gemm.hpp"
 #include "runtime/gemm.hpp"
 
 using namespace lockstep;

@@ -1,4 +1,4 @@
-// The causal softmax row kernels (model/attn_rows.hpp) against their literal per-row
+// The causal softmax row kernels (model/kernels/attn_rows.hpp) against their literal per-row
 // definition, bit for bit, on every ISA path: scale, sequential max, ls_exp, csum with block
 // B, division, +0.0 past the diagonal; the backward's cdot and update. Shapes cover the
 // AVX-512 path's 16 rows in vector lanes (B a multiple of 16, row groups at multiples of 16,
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "../support/test_data.hpp"
-#include "model/attn_rows.hpp"
+#include "model/kernels/attn_rows.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/transcendental.hpp"
 
@@ -32,7 +32,7 @@ std::vector<float> causal_input(std::int64_t C, std::uint64_t seed) {
   return s;
 }
 
-// The definition of model/attn_rows.hpp, one row at a time.
+// The definition of model/kernels/attn_rows.hpp, one row at a time.
 void softmax_literal(std::vector<float>& S, std::int64_t C, std::int64_t r0, std::int64_t r1,
                      float scale, int B) {
   for (std::int64_t i = r0; i < r1; ++i) {

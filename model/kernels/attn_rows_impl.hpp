@@ -1,7 +1,7 @@
 // Private to model/attn_rows*.cpp: the causal softmax row kernels, written once and compiled per
 // ISA path (attn_rows.cpp: generic; attn_rows_avx2.cpp, attn_rows_avx512.cpp: with FMA and wider
 // vectors). Only IEEE basic operations (* / - + fma, compare-and-select) in a fixed order per
-// row, so every path returns the bits of the literal per-row loops of model/attn_rows.hpp.
+// row, so every path returns the bits of the literal per-row loops of model/kernels/attn_rows.hpp.
 // Everything lives in an anonymous namespace (one private copy per TU, no ODR clash).
 #pragma once
 
@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "model/attn_rows.hpp"
+#include "model/kernels/attn_rows.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/csum_counter.hpp"
 #include "runtime/transcendental.hpp"
@@ -272,7 +272,7 @@ void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G,
   }
 }
 
-// The exact-mode scans (model/attn_rows.hpp): whether some y[c], c < n, has (bits & mask) ==
+// The exact-mode scans (model/kernels/attn_rows.hpp): whether some y[c], c < n, has (bits & mask) ==
 // value, tested on the integer bits so that the generic loop vectorizes; on AVX-512 one masked
 // 16-lane compare per 16 floats.
 inline bool row_has_bits(const float* y, std::int64_t n, std::uint32_t mask,

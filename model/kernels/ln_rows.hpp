@@ -41,7 +41,7 @@ void backward_blocks(const KernelCtx& ctx, const float* dy, const float* xhat, c
 void fold_leaves(const KernelCtx& ctx, const float* leaves, std::int64_t U, std::int64_t n,
                  std::int64_t j0, std::int64_t w, float* dw, float* db);
 
-// The per-ISA instantiations of model/ln_rows_impl.hpp behind the dispatch above.
+// The per-ISA instantiations of model/kernels/ln_rows_impl.hpp behind the dispatch above.
 #define LOCKSTEP_LN_ROWS_DECLARE(SUFFIX)                                                          \
   void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,        \
                              std::int64_t r1, std::int64_t n, const float* w, const float* b,     \

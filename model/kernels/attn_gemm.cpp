@@ -1,4 +1,4 @@
-#include "model/attn_gemm.hpp"
+#include "model/kernels/attn_gemm.hpp"
 
 #include <algorithm>
 #include <bit>

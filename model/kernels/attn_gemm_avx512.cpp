@@ -1,4 +1,4 @@
-// The AVX-512 kernels of model/attn_gemm.hpp (compiled with the avx512 flags, reached only
+// The AVX-512 kernels of model/kernels/attn_gemm.hpp (compiled with the avx512 flags, reached only
 // through the dispatch in attn_gemm.cpp). Vectors span the output's columns (keys for scores,
 // head_dim for prefix/suffix), never the reduced axis; every reduction is an FMA chain in
 // increasing index whose first step is a plain product (== fma(a, b, -0.0)), and leaves are
@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "model/attn_gemm.hpp"
+#include "model/kernels/attn_gemm.hpp"
 #include "runtime/transpose_avx512.hpp"
 
 namespace lockstep::attn_gemm_detail {

@@ -1,5 +1,5 @@
-// The avx512 instantiation of model/attn_rows_impl.hpp (compiled with the avx512 flags).
-#include "model/attn_rows_impl.hpp"
+// The avx512 instantiation of model/kernels/attn_rows_impl.hpp (compiled with the avx512 flags).
+#include "model/kernels/attn_rows_impl.hpp"
 
 namespace lockstep::attn_detail {
 

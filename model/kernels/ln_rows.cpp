@@ -1,8 +1,8 @@
-// The portable (baseline x86-64) instantiation of model/ln_rows_impl.hpp and the run-time ISA
-// dispatch of model/ln_rows.hpp. Every path returns the same bits (tests/unit/test_model_fused).
-#include "model/ln_rows.hpp"
+// The portable (baseline x86-64) instantiation of model/kernels/ln_rows_impl.hpp and the run-time ISA
+// dispatch of model/kernels/ln_rows.hpp. Every path returns the same bits (tests/unit/test_model_fused).
+#include "model/kernels/ln_rows.hpp"
 
-#include "model/ln_rows_impl.hpp"
+#include "model/kernels/ln_rows_impl.hpp"
 
 namespace lockstep::ln_detail {
 

@@ -1,6 +1,6 @@
-#include "model/attn_rows.hpp"
+#include "model/kernels/attn_rows.hpp"
 
-#include "model/attn_rows_impl.hpp"
+#include "model/kernels/attn_rows_impl.hpp"
 
 namespace lockstep {
 

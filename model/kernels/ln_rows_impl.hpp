@@ -23,7 +23,7 @@
 #include <xmmintrin.h>
 #endif
 
-#include "model/ln_rows.hpp"
+#include "model/kernels/ln_rows.hpp"
 #if defined(__AVX512F__)
 #include "runtime/transpose_avx512.hpp"
 #endif
