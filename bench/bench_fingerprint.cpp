@@ -4,7 +4,7 @@
 // libxxhash). Prints one JSON object per line:
 //   {"bench":"fingerprint","impl","buffer_bytes","ns_per_float","gbytes_per_s","reps"}
 // Each trial hashes the whole buffer in 32K-element chunks (the state trace's work unit,
-// launch/state_trace.hpp); ns_per_float is the median over --reps trials, trials of the
+// launch/train/state_trace.hpp); ns_per_float is the median over --reps trials, trials of the
 // implementations interleaved. A buffer larger than the last-level cache (the default, 50 MB,
 // about a rank's share of bench-small's state) measures hashing from memory, as a training
 // step does; --mb 2 measures it in cache.

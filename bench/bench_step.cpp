@@ -25,9 +25,9 @@
 #include <string>
 #include <vector>
 
-#include "launch/config.hpp"
-#include "launch/grad_sync.hpp"
-#include "launch/state_trace.hpp"
+#include "launch/train/config.hpp"
+#include "launch/train/grad_sync.hpp"
+#include "launch/train/state_trace.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/clip.hpp"

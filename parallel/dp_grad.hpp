@@ -6,7 +6,7 @@
 // distributed optimizer).
 // Determinism contract: in invariant mode the reduced gradient equals the single-process
 // gradient bit for bit whenever each microbatch and each DP rank owns a power-of-two
-// number of whole token blocks (launch/validate.hpp states when). In deterministic and fast
+// number of whole token blocks (launch/train/validate.hpp states when). In deterministic and fast
 // modes the microbatches are merged by the same counter and ranks by MPI_Allreduce /
 // MPI_Reduce_scatter_block: fixed for a layout, not across layouts.
 // Op trace (set_observer, runtime/op_observer.hpp): the reduction records itself as the op

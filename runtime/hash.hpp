@@ -1,6 +1,6 @@
 // Byte hashes: XXH3-64 (seed 0) of a byte range, one-shot (xxh3_64) or streamed (Xxh3Stream).
 // Used for shard and chunk integrity in checkpoints (write, meta, load's chunk checks), the
-// replica guard (launch/state_trace.hpp) and the digests printed by the demo.
+// replica guard (launch/train/state_trace.hpp) and the digests printed by the demo.
 // Speed: both entry points dispatch at run time (best_isa(), runtime/isa.hpp) to xxHash's
 // inline implementation compiled for AVX-512 (runtime/hash_avx512.cpp) when the CPU has it,
 // else to the system libxxhash (which may be built for SSE2 only, several times slower).

@@ -1,6 +1,6 @@
 // Synthetic sharded training state for checkpoint tests and benchmarks: the pieces one rank
 // holds of a list of logical tensors under a TP x DP layout, laid out as the trainer lays
-// them out (launch/grad_sync.hpp): a TP box per rank (split on tp_dim, or replicated with
+// them out (launch/train/grad_sync.hpp): a TP box per rank (split on tp_dim, or replicated with
 // TP rank 0 as the owner), the whole box on every DP replica with DP rank 0 owning it, or with
 // ZeRO a padded flat segment per DP rank (the last ones short or empty), each its own owner.
 // World rank r is TP rank r % tp, DP rank r / tp. Determinism contract: none (test data).

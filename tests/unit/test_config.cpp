@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "launch/config.hpp"
-#include "launch/validate.hpp"
+#include "launch/train/config.hpp"
+#include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
 
 using namespace lockstep;

@@ -1,10 +1,10 @@
-// The replay lab on the regression MLP (launch/lab_regression.hpp): every check passes on the
+// The replay lab on the regression MLP (launch/experiments/lab_regression.hpp): every check passes on the
 // default lab, the summary is bitwise reproducible, and the checks are able to fail.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>
 
-#include "launch/lab_regression.hpp"
+#include "launch/experiments/lab_regression.hpp"
 
 namespace {
 

@@ -1,0 +1,31 @@
+// `lockstep info`: what this build is. These are the facts a checkpoint and a trace record
+// about the build (DESIGN.md section 2).
+#include <omp.h>
+
+#include <cstdio>
+#include <string>
+
+#include "launch/cli/commands.hpp"
+#include "lockstep/build_info.hpp"
+#include "runtime/isa.hpp"
+
+namespace lockstep::cli {
+
+Runner add_info(CLI::App& app) {
+  app.add_subcommand("info", "print build facts: compiler, flags, ISA paths, CUDA");
+  return [](int, char**) {
+    std::string isas;
+    for (Isa i : supported_isas()) isas += std::string(isas.empty() ? "" : ", ") + isa_name(i);
+    std::printf("lockstep %s\n", build_info::kVersion);
+    std::printf("  compiler      : %s (%s)\n", build_info::kCompiler, build_info::kBuildType);
+    std::printf("  flags         : %s\n", build_info::kFlags);
+    std::printf("  ISA paths     : %s (best: %s)\n", isas.c_str(), isa_name(best_isa()));
+    std::printf("  OpenMP threads: %d available\n", omp_get_max_threads());
+    std::printf("  sanitizers    : %s\n", build_info::kSanitize ? "on" : "off");
+    std::printf("  CUDA          : %s\n",
+                build_info::kCuda ? "toolkit found at build time" : "off");
+    return 0;
+  };
+}
+
+}  // namespace lockstep::cli

@@ -1,0 +1,83 @@
+// One training job's state and its step (DESIGN.md section 4, "one training step"): the data
+// (dataset + sampler), the model, the gradient synchronization, the state trace, the op trace
+// and the optimizer settings of one config; run_step() is sampler -> batch ->
+// forward/backward per microbatch -> canonical gradient reduction (microbatch counter, then
+// DP tree) -> exact global-norm clip -> AdamW -> fingerprints. `lockstep train` drives one
+// job (launch/train/trainer.cpp adds resume, checkpoints, trace and metrics lines); the tax
+// experiment's interleaved timing drives several in one process, one per determinism mode.
+// Determinism contract: in invariant mode every quantity of a step is a function of the
+// config's logical content (model, data, seed, optimizer, reduce_block) only: not of TP, DP,
+// microbatch, threads or ISA, whenever the validator (launch/train/validate.hpp) grants G3. Jobs in
+// one process share no state (every random stream is keyed by seed and step), so a job's bits
+// do not depend on what else runs beside it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "launch/train/config.hpp"
+#include "data/gpt_dataset.hpp"
+#include "launch/train/grad_sync.hpp"
+#include "data/sampler.hpp"
+#include "launch/train/state_trace.hpp"
+#include "model/gpt.hpp"
+#include "optim/adamw.hpp"
+#include "optim/lr_schedule.hpp"
+#include "runtime/comm.hpp"
+#include "runtime/grid.hpp"
+#include "verify/op_trace.hpp"
+
+namespace lockstep {
+
+// What one step produced (rank 0's view of the world-wide values).
+struct StepResult {
+  float loss = 0, grad_norm = 0, lr = 0;
+  Fingerprints fp;
+  double verify_seconds = 0;  // the two verify calls, including their collectives (wall)
+};
+
+class TrainJob {
+ public:
+  // cfg: validated for mpi's world size, run.threads resolved (> 0). Builds the data, the
+  // model (initialized from run.seed), the gradient sync and the traces; throws
+  // lockstep::Error on any failure.
+  TrainJob(const config::Config& cfg, Context& mpi);
+
+  // Runs training step `step` (1-based) on every rank of the job.
+  StepResult run_step(std::int64_t step);
+
+  const config::Config& cfg() const { return cfg_; }
+  const KernelCtx& kctx() const { return kctx_; }
+  const Grid& grid() const { return grid_; }
+  const Gpt& model() const { return *model_; }
+  const data::GptDataset& dataset() const { return *dataset_; }
+  data::Sampler& sampler() { return *sampler_; }
+  StateTrace& state() { return *state_; }
+  std::int64_t microbatch() const { return mb_; }
+  std::int64_t microbatches() const { return n_mb_; }  // per rank and step
+
+ private:
+  config::Config cfg_;
+  const Communicator& world_;
+  Determinism mode_;
+  KernelCtx kctx_;
+  Grid grid_;
+  std::int64_t mb_ = 0, per_rank_ = 0, n_mb_ = 0;  // sequences per microbatch / rank; count
+  std::unique_ptr<data::GptDataset> dataset_;
+  std::unique_ptr<data::Sampler> sampler_;
+  std::unique_ptr<Gpt> model_;
+  std::unique_ptr<GradSync> sync_;
+  std::unique_ptr<StateTrace> state_;
+  std::unique_ptr<OpTrace> ops_;
+  AdamWConfig acfg_;
+  LrScheduleConfig scfg_;
+  int bitflip_rank_ = -1;  // debug.bitflip
+  std::int64_t bitflip_step_ = 0;
+  std::size_t bitflip_param_ = 0;
+  std::vector<AdamWTensor> update_tensors_;  // the update slices, for the fused clip + AdamW
+  std::vector<std::int32_t> tokens_, labels_;  // [mb * context]
+  std::vector<std::int64_t> seq_ids_;          // [mb]
+};
+
+}  // namespace lockstep

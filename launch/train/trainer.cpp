@@ -1,0 +1,424 @@
+#include "launch/train/trainer.hpp"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <vector>
+
+#include "checkpoint/checkpoint.hpp"
+#include "launch/train/preemption.hpp"
+#include "data/sampler.hpp"
+#include "launch/train/state_trace.hpp"
+#include "launch/train/train_job.hpp"
+#include "launch/train/validate.hpp"
+#include "lockstep/build_info.hpp"
+#include "model/gpt.hpp"
+#include "runtime/error.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/grid.hpp"
+#include "verify/trace.hpp"
+
+namespace lockstep {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int default_threads(int world_size) {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  const int ranks_here = local ? std::max(1, std::atoi(local)) : world_size;
+  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / ranks_here);
+}
+
+struct RunFiles {
+  std::unique_ptr<JsonlWriter> trace, metrics;
+};
+
+// Keeps the lines of a JSONL file whose "step" is <= last (a resumed run rewrites the
+// steps after its checkpoint). Missing file: nothing to keep.
+void keep_steps_up_to(const std::string& path, std::int64_t last) {
+  std::ifstream in(path);
+  if (!in) return;
+  std::string kept, line;
+  while (std::getline(in, line)) {
+    if (line.empty()) continue;
+    const auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded() && j.contains("step") && j["step"].get<std::int64_t>() <= last)
+      kept += line + "\n";
+  }
+  in.close();
+  const std::string tmp = path + ".tmp";
+  std::ofstream out(tmp, std::ios::trunc);
+  out << kept;
+  out.close();
+  check(out.good(), "cannot rewrite '" + path + "'", "check permissions of run.out");
+  std::filesystem::rename(tmp, path);
+}
+
+// resume_step < 0: a fresh run (files truncated); otherwise lines after it are dropped.
+RunFiles open_run_dir(const config::Config& cfg, std::int64_t resume_step) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  fs::create_directories(cfg.run.out, ec);
+  check(!ec, "cannot create run directory '" + cfg.run.out + "': " + ec.message(),
+        "set run.out to a writable path");
+  const std::string cfg_path = cfg.run.out + "/config.toml";
+  std::ofstream out(cfg_path);
+  out << config::to_toml(cfg);
+  check(out.good(), "cannot write '" + cfg_path + "'", "check permissions of run.out");
+  RunFiles f;
+  for (auto [writer, name] :
+       {std::pair{&f.trace, "/trace.jsonl"}, {&f.metrics, "/metrics.jsonl"}}) {
+    const std::string path = cfg.run.out + name;
+    if (resume_step >= 0) keep_steps_up_to(path, resume_step);
+    *writer = std::make_unique<JsonlWriter>(path, resume_step < 0);
+  }
+  return f;
+}
+
+std::string fmt_duration(double s) {
+  char buf[32];
+  if (s < 120)
+    std::snprintf(buf, sizeof buf, "%.0fs", s);
+  else
+    std::snprintf(buf, sizeof buf, "%.0fm%02.0fs", std::floor(s / 60), std::fmod(s, 60));
+  return buf;
+}
+
+// The resolved config as a flat JSON object {"model.vocab": 256, ...} (key table order).
+nlohmann::ordered_json config_json(const config::Config& cfg_in) {
+  config::Config cfg = cfg_in;
+  nlohmann::ordered_json j;
+  for (const auto& key : config::config_keys())
+    std::visit([&](auto* field) { j[key.name] = *field; }, key.field(cfg));
+  return j;
+}
+
+// meta.json["run"]: everything besides the tensors that the next step depends on, and what
+// a reader needs to know about the run that saved it.
+nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, int world_size,
+                                 const KernelCtx& kctx, std::int64_t step,
+                                 const data::Sampler& sampler, float lr_of_step) {
+  nlohmann::ordered_json r;
+  r["step"] = step;
+  r["consumed_samples"] = sampler.state().consumed_samples;
+  r["contract"] = {{"determinism", cfg.run.determinism},
+                   {"reduce_block", cfg.numerics.reduce_block}};
+  r["layout"] = {{"world", world_size},
+                 {"tp", grid.tp_size()},
+                 {"dp", grid.dp_size()},
+                 {"zero", cfg.parallel.zero},
+                 {"microbatch", cfg.parallel.microbatch},
+                 {"threads", kctx.threads},
+                 {"isa", isa_name(kctx.isa)}};
+  r["sampler"] = sampler.to_json();
+  r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
+  r["lr"] = {
+      {"last", lr_of_step}, {"schedule", cfg.optim.schedule}, {"total_steps", cfg.run.steps}};
+  r["build"] = {{"version", build_info::kVersion},
+                {"compiler", build_info::kCompiler},
+                {"build_type", build_info::kBuildType},
+                {"flags", build_info::kFlags}};
+  r["config"] = config_json(cfg);
+  return r;
+}
+
+// Refuses a resume that cannot continue this run's trajectory (other model, other contract
+// without ckpt.allow_contract_change) and says what a permitted change costs.
+void check_resume(const nlohmann::json& saved, const config::Config& cfg, bool root) {
+  const nlohmann::json& old = saved.at("config");
+  const nlohmann::ordered_json now = config_json(cfg);
+  auto differs = [&](const std::string& key) {
+    return old.contains(key) && old.at(key) != now.at(key);
+  };
+  auto both = [&](const std::string& key) {
+    return key + " = " + old.at(key).dump() + " in the checkpoint, " + now.at(key).dump() + " now";
+  };
+  // Tensor shapes (vocab, context, layers, d_model, ffn, bias) are checked per tensor by
+  // ckpt::load, which names the tensor and both shapes; these change no shape:
+  for (const char* key : {"model.heads", "model.ln_eps"})
+    check(!differs(key), "cannot resume: the model differs: " + both(key),
+          "resume with the model config the checkpoint was saved with (lockstep ckpt inspect)");
+  for (const char* key : {"run.determinism", "numerics.reduce_block"}) {
+    if (!differs(key)) continue;
+    check(cfg.ckpt.allow_contract_change,
+          "cannot resume: the numerical contract differs: " + both(key),
+          "keep the saved value, or --set ckpt.allow_contract_change=true to accept that the "
+          "resumed run leaves the uninterrupted trajectory");
+    if (root)
+      std::printf(
+          "  resume: %s (ckpt.allow_contract_change): G2 no longer holds, the steps "
+          "after the checkpoint differ from an uninterrupted run\n",
+          both(key).c_str());
+  }
+  if (!root) return;
+  for (const char* key : {"run.steps", "data.global_batch", "model.dropout", "optim.lr",
+                          "optim.min_lr", "optim.warmup", "optim.schedule", "optim.weight_decay",
+                          "optim.clip", "optim.beta1", "optim.beta2", "optim.eps"})
+    if (differs(key))
+      std::printf("  resume: note: %s: the trajectory differs from the saved run's\n",
+                  both(key).c_str());
+}
+
+// debug.kill_in_save = RANK:STEP.
+std::pair<int, std::int64_t> parse_kill(const std::string& spec) {
+  if (spec.empty()) return {-1, 0};
+  const auto c = spec.find(':');
+  return {std::stoi(spec.substr(0, c)), std::stoll(spec.substr(c + 1))};
+}
+
+// ---- resume: every piece of state from the checkpoint, resliced to this layout -----------
+struct Resumed {
+  std::string dir;  // empty: a fresh run
+  std::int64_t step = 0;
+  std::string note;  // the banner's line
+};
+
+Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& world) {
+  Resumed r;
+  r.dir = ckpt::resolve_resume(cfg.run.resume, cfg.run.out + "/checkpoints");
+  if (r.dir.empty()) return r;
+  const ckpt::Meta meta = ckpt::read_meta(r.dir);
+  check_resume(meta.run, cfg, world.rank() == 0);
+  ckpt::load(world, r.dir, meta, job.state().checkpoint_pieces(),
+             cfg.ckpt.load_optim ? std::vector<std::string>{} : std::vector<std::string>{"param/"});
+  if (cfg.ckpt.load_data) job.sampler().restore_json(meta.run.at("sampler"));
+  r.step = meta.step;
+  const auto& lay = meta.run.at("layout");
+  r.note = "resumed from " + r.dir + " (step " + std::to_string(r.step) + ", saved on TP " +
+           lay.at("tp").dump() + " x DP " + lay.at("dp").dump() +
+           (lay.at("zero").get<bool>() ? " with ZeRO" : "") + ")" +
+           (cfg.ckpt.load_optim ? "" : ", AdamW moments restarted at zero") +
+           (cfg.ckpt.load_data ? "" : ", data order restarted");
+  return r;
+}
+
+// ---- the start-up lines (rank 0) ----------------------------------------------------------
+void print_banner(const config::Config& cfg, const TrainJob& job, int world_size,
+                  const Resumed& resumed, const std::string& driver_line) {
+  const Grid& grid = job.grid();
+  const ModelConfig& m = job.model().config();
+  std::printf(
+      "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
+      "%d thread(s), %s, ISA %s, GEMM %s\n",
+      cfg.run.determinism.c_str(), world_size, grid.tp_size(), grid.dp_size(),
+      static_cast<long long>(job.microbatch()), static_cast<long long>(job.microbatches()),
+      job.kctx().threads, cfg.run.out.c_str(), isa_name(job.kctx().isa),
+      gemm_impl_name(job.model().tp().gemm_impl()));
+  std::printf(
+      "  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld, context %lld, "
+      "%lld parameters\n",
+      static_cast<long long>(m.layers), static_cast<long long>(m.d_model),
+      static_cast<long long>(m.heads), static_cast<long long>(m.ffn),
+      static_cast<long long>(m.vocab), static_cast<long long>(m.context),
+      static_cast<long long>(job.model().table().numel()));
+  std::printf("  data: %s, %lld samples of %lld tokens, global batch %lld\n",
+              job.dataset().source().describe().c_str(),
+              static_cast<long long>(job.dataset().num_samples()),
+              static_cast<long long>(cfg.model.context),
+              static_cast<long long>(cfg.data.global_batch));
+  std::printf("  guarantees: %s\n", config::guarantees(cfg, world_size).summary().c_str());
+  if (!resumed.note.empty()) std::printf("  %s\n", resumed.note.c_str());
+  if (!driver_line.empty()) std::printf("  %s\n", driver_line.c_str());
+  std::fflush(stdout);
+}
+
+// ---- checkpoints: when, and the save itself (synchronous or in the background) -------------
+class Checkpointer {
+ public:
+  Checkpointer(const config::Config& cfg, TrainJob& job, const Communicator& world)
+      : cfg_(cfg), job_(job), world_(world), kill_(parse_kill(cfg.debug.kill_in_save)) {}
+
+  bool due(std::int64_t step, bool stop) const {
+    return cfg_.ckpt.save && (stop || step == cfg_.run.steps ||
+                              (cfg_.ckpt.interval > 0 && step % cfg_.ckpt.interval == 0));
+  }
+
+  void save(std::int64_t at, float lr_of_step) {
+    ckpt::SaveOptions opt;
+    opt.root = cfg_.run.out + "/checkpoints";
+    opt.step = at;
+    opt.keep = cfg_.ckpt.keep;
+    opt.kill_rank = at == kill_.second ? kill_.first : -1;
+    StateTrace& state = job_.state();
+    opt.fingerprint_version = state.fp_version();
+    const auto run = run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(),
+                               lr_of_step);
+    const bool root = world_.rank() == 0;
+    const auto t0 = Clock::now();
+    if (cfg_.ckpt.async) {
+      async_.start(world_, opt, state.checkpoint_pieces(), state.checkpoint_fingerprints(), run);
+      if (root)
+        std::printf("checkpoint step %lld: writing in the background\n",
+                    static_cast<long long>(at));
+    } else {
+      const std::string dir =
+          ckpt::save(world_, opt, state.checkpoint_pieces(), state.checkpoint_fingerprints(), run);
+      if (root)
+        std::printf("checkpoint step %lld: %s (%.2f s)\n", static_cast<long long>(at), dir.c_str(),
+                    std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::fflush(stdout);
+  }
+
+  // Waits for a background save.
+  void finish() {
+    const std::string dir = async_.finish(world_);
+    if (world_.rank() == 0 && !dir.empty()) std::printf("checkpoint written: %s\n", dir.c_str());
+  }
+
+ private:
+  const config::Config& cfg_;
+  TrainJob& job_;
+  const Communicator& world_;
+  std::pair<int, std::int64_t> kill_;  // debug.kill_in_save
+  ckpt::AsyncSaver async_;
+};
+
+// ---- each step's lines: trace.jsonl, metrics.jsonl and the progress line (rank 0) ---------
+class StepLog {
+ public:
+  StepLog(const config::Config& cfg, RunFiles files, std::int64_t start_step,
+          std::int64_t last_step)
+      : cfg_(cfg), files_(std::move(files)), start_(start_step), last_(last_step) {}
+
+  // Every rank calls it (the state trace's hash clocks are taken and reset on each).
+  void write(std::int64_t step, const StepTiming& t, StateTrace& state, bool root) {
+    // metrics.jsonl, this rank's verify work of the step (steady clock): verify_ms = hashing
+    // of state pieces and of the guard's parameters (StateTrace::take_hash_seconds, no
+    // collectives); verify_wall_ms = everything around the two verify calls: that, the
+    // rng/data fingerprints and the integer collectives (including waiting for other ranks);
+    // verify_cpu_ms / cpu_ms = the hashing's / the step's CPU time (all threads), a ratio
+    // that a loaded machine barely moves.
+    const double hash_secs = state.take_hash_seconds();
+    const double hash_cpu_secs = state.take_hash_cpu_seconds();
+    if (step > start_ + 1) steady_seconds_ += t.loop_seconds;
+    last_loss_ = t.result.loss;
+    if (!root) return;
+    const StepResult& r = t.result;
+    const std::int64_t tokens = cfg_.data.global_batch * cfg_.model.context;
+    TraceLine line;
+    line.step = step;
+    line.loss = r.loss;
+    line.grad_norm = r.grad_norm;
+    line.lr = r.lr;
+    line.tokens = step * tokens;
+    line.fp = r.fp;
+    files_.trace->write(line.to_json());
+    const double tps = static_cast<double>(tokens) / t.seconds;
+    nlohmann::ordered_json mj;
+    mj["step"] = step;
+    mj["loss"] = r.loss;
+    mj["grad_norm"] = r.grad_norm;
+    mj["lr"] = r.lr;
+    mj["ms"] = t.seconds * 1e3;
+    mj["verify_ms"] = hash_secs * 1e3;
+    mj["verify_wall_ms"] = r.verify_seconds * 1e3;
+    mj["verify_cpu_ms"] = hash_cpu_secs * 1e3;  // verify_ms's work, CPU time of all threads
+    mj["cpu_ms"] = t.cpu_seconds * 1e3;         // the step's CPU time, all threads of rank 0
+    mj["tokens_per_s"] = tps;
+    files_.metrics->write(mj.dump());
+    const std::int64_t done = step - start_;
+    const double per_step =
+        done > 1 ? steady_seconds_ / static_cast<double>(done - 1) : t.loop_seconds;
+    const double eta = per_step * static_cast<double>(last_ - step);
+    std::printf(
+        "step %lld/%lld | loss %s | grad_norm %.4f | lr %.3e | %.0f ms | %.0f tok/s | ETA %s\n",
+        static_cast<long long>(step), static_cast<long long>(cfg_.run.steps),
+        dec_float(r.loss).c_str(), static_cast<double>(r.grad_norm), static_cast<double>(r.lr),
+        t.seconds * 1e3, tps, fmt_duration(eta).c_str());
+    std::fflush(stdout);
+  }
+
+  float last_loss() const { return last_loss_; }
+
+ private:
+  const config::Config& cfg_;
+  RunFiles files_;
+  std::int64_t start_, last_;
+  double steady_seconds_ = 0;
+  float last_loss_ = 0;
+};
+
+}  // namespace
+
+void StepDriver::start(const TrainJob&, const std::string&) {}
+std::string StepDriver::banner() const {
+  return {};
+}
+StepTiming StepDriver::step(TrainJob& job, std::int64_t step) {
+  StepTiming t;
+  const auto t0 = Clock::now();
+  const double cpu0 = process_cpu_seconds();
+  t.result = job.run_step(step);
+  t.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t.cpu_seconds = process_cpu_seconds() - cpu0;
+  t.loop_seconds = t.seconds;
+  return t;
+}
+void StepDriver::finish_step(std::int64_t, const StepTiming&) {}
+
+config::Config with_threads_resolved(const config::Config& cfg, int world_size) {
+  config::Config c = cfg;
+  if (c.run.threads == 0) c.run.threads = default_threads(world_size);
+  return c;
+}
+
+int train(const config::Config& cfg_in, Context& mpi) {
+  StepDriver alone;
+  return train(cfg_in, mpi, alone);
+}
+
+int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
+  const Communicator& world = mpi.world();
+  const bool root = world.rank() == 0;
+  config::validate_or_throw(cfg_in, world.size());
+  const config::Config cfg = with_threads_resolved(cfg_in, world.size());
+  TrainJob job(cfg, mpi);
+  const Resumed resumed = resume(cfg, job, world);
+  driver.start(job, resumed.dir);
+  RunFiles files;
+  if (root) files = open_run_dir(cfg, resumed.dir.empty() ? -1 : resumed.step);
+  if (root) print_banner(cfg, job, world.size(), resumed, driver.banner());
+
+  Checkpointer checkpoints(cfg, job, world);
+  PreemptionGuard preemption;
+  const std::int64_t last_step =
+      cfg.run.stop_at > 0 ? std::min(cfg.run.stop_at, cfg.run.steps) : cfg.run.steps;
+  StepLog log(cfg, std::move(files), resumed.step, last_step);
+  const auto t_start = Clock::now();
+  std::int64_t step = resumed.step;
+  while (step < last_step) {
+    ++step;
+    const StepTiming t = driver.step(job, step);
+    log.write(step, t, job.state(), root);
+    driver.finish_step(step, t);
+    int signal = 0;
+    const bool preempted = preemption.requested(world, &signal);
+    const bool stop = preempted || step == cfg.run.stop_at;
+    if (checkpoints.due(step, stop)) checkpoints.save(step, t.result.lr);
+    if (stop) {
+      if (root)
+        std::printf("%s: stopped after step %lld%s\n",
+                    preempted ? ("signal " + std::to_string(signal)).c_str() : "run.stop_at",
+                    static_cast<long long>(step),
+                    cfg.ckpt.save ? "; continue with --set run.resume=auto" : "");
+      break;
+    }
+  }
+  checkpoints.finish();
+  if (root && step > resumed.step) {
+    const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+    std::printf("done: %lld steps in %s, final loss %s, run directory %s\n",
+                static_cast<long long>(step - resumed.step), fmt_duration(total).c_str(),
+                dec_float(log.last_loss()).c_str(), cfg.run.out.c_str());
+  }
+  return 0;
+}
+
+}  // namespace lockstep

@@ -1,0 +1,179 @@
+#include "launch/train/validate.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+
+#include "launch/train/modes.hpp"
+#include "runtime/error.hpp"
+
+namespace lockstep::config {
+namespace {
+
+bool pow2(std::int64_t v) {
+  return v > 0 && (v & (v - 1)) == 0;
+}
+std::string str(std::int64_t v) {
+  return std::to_string(v);
+}
+
+// Why a split of `len` elements is not an aligned subtree of blocks of B (empty if it is).
+std::string alignment_problem(const std::string& what, std::int64_t len, std::int64_t B) {
+  if (len % B != 0) return what + " = " + str(len) + " is not a multiple of reduce_block " + str(B);
+  if (!pow2(len / B))
+    return what + " = " + str(len) + " is " + str(len / B) + " blocks of " + str(B) +
+           ", not a power of two";
+  return {};
+}
+
+}  // namespace
+
+std::vector<std::string> config_problems(const Config& c, int world_size) {
+  std::vector<std::string> p;
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) p.push_back(msg);
+  };
+  const auto& m = c.model;
+  need(m.vocab >= 2, "model.vocab = " + str(m.vocab) + " must be >= 2");
+  need(m.context >= 1, "model.context = " + str(m.context) + " must be >= 1");
+  need(m.layers >= 1, "model.layers = " + str(m.layers) + " must be >= 1");
+  need(m.d_model >= 1 && m.heads >= 1 && m.ffn >= 1,
+       "model.d_model, model.heads and model.ffn must be >= 1");
+  need(m.heads < 1 || m.d_model % m.heads == 0,
+       "model.d_model = " + str(m.d_model) + " is not divisible by model.heads = " + str(m.heads));
+  need(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
+  need(m.ln_eps > 0, "model.ln_eps must be > 0");
+  const std::int64_t tp = c.parallel.tp;
+  need(tp >= 1, "parallel.tp = " + str(tp) + " must be >= 1");
+  need(world_size >= 1 && tp >= 1 && world_size % tp == 0,
+       "ranks = " + str(world_size) + " is not a multiple of parallel.tp = " + str(tp) +
+           " (ranks = tp x dp); use --np a multiple of tp");
+  if (tp >= 1) {
+    need(m.heads % tp == 0,
+         "model.heads = " + str(m.heads) + " is not divisible by parallel.tp = " + str(tp));
+    need(m.ffn % tp == 0,
+         "model.ffn = " + str(m.ffn) + " is not divisible by parallel.tp = " + str(tp));
+    need(m.vocab % tp == 0,
+         "model.vocab = " + str(m.vocab) + " is not divisible by parallel.tp = " + str(tp));
+  }
+  const std::int64_t dp = (tp >= 1 && world_size % tp == 0) ? world_size / tp : 1;
+  const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
+  need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");
+  need(G >= 1, "data.global_batch = " + str(G) + " must be >= 1");
+  if (mb >= 1 && G >= 1)
+    need(G % (dp * mb) == 0, "data.global_batch = " + str(G) +
+                                 " is not divisible by dp x microbatch = " + str(dp) + " x " +
+                                 str(mb) + "; choose a multiple of " + str(dp * mb));
+  const auto& o = c.optim;
+  need(o.lr >= 0 && o.min_lr >= 0 && o.min_lr <= o.lr,
+       "optim.lr and optim.min_lr must satisfy 0 <= min_lr <= lr");
+  need(o.warmup >= 0, "optim.warmup must be >= 0");
+  need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
+       "optim.beta1 and optim.beta2 must be in [0, 1)");
+  need(o.eps > 0, "optim.eps must be > 0");
+  need(o.clip >= 0, "optim.clip must be >= 0 (0 disables clipping)");
+  need(c.run.steps >= 0, "run.steps must be >= 0");
+  need(c.run.threads >= 0, "run.threads must be >= 0 (0: cores / ranks)");
+  need(!c.run.out.empty(), "run.out must name a run directory");
+  need(c.numerics.reduce_block >= 1, "numerics.reduce_block must be >= 1");
+  need(c.ckpt.interval >= 0 && c.ckpt.keep >= 0, "ckpt.interval and ckpt.keep must be >= 0");
+  need(c.verify.replica_check_interval >= 0, "verify.replica_check_interval must be >= 0");
+  need(c.verify.fingerprint_version == 1 || c.verify.fingerprint_version == 2,
+       "verify.fingerprint_version must be 1 or 2 (2: the default; 1: as Lockstep wrote before "
+       "checkpoint format 2)");
+  need(c.verify.state_interval >= 0, "verify.state_interval must be >= 0 (0: off)");
+  need(!c.run.resume.empty(), "run.resume must be auto, none or a checkpoint path");
+  need(c.run.stop_at >= 0, "run.stop_at must be >= 0 (0: off)");
+  if (!c.verify.ops.empty()) {
+    long long first = 0, last = 0;
+    char tail = 0;
+    need(std::sscanf(c.verify.ops.c_str(), "%lld-%lld%c", &first, &last, &tail) == 2 &&
+             first >= 1 && first <= last,
+         "verify.ops = '" + c.verify.ops + "' is not a step range A-B with 1 <= A <= B");
+  }
+  if (!c.debug.bitflip.empty()) {
+    long long rank = 0, step = 0;
+    char name[256] = {0};
+    need(std::sscanf(c.debug.bitflip.c_str(), "%lld:%lld:%255s", &rank, &step, name) == 3 &&
+             rank >= 0 && rank < world_size && step >= 1,
+         "debug.bitflip = '" + c.debug.bitflip +
+             "' is not RANK:STEP:TENSOR with 0 <= RANK < ranks and STEP >= 1");
+  }
+  if (!c.debug.kill_in_save.empty()) {
+    long long rank = 0, step = 0;
+    char tail = 0;
+    need(std::sscanf(c.debug.kill_in_save.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 &&
+             rank >= 0 && rank < world_size && step >= 1,
+         "debug.kill_in_save = '" + c.debug.kill_in_save +
+             "' is not RANK:STEP with 0 <= RANK < ranks and STEP >= 1");
+  }
+  if (!c.debug.interleave.empty()) {
+    const auto modes = run_mode_list(c.debug.interleave);
+    bool known = modes.size() >= 2;
+    for (std::size_t i = 0; i < modes.size(); ++i)
+      known = known && is_run_mode(modes[i]) &&
+              std::find(modes.begin(), modes.begin() + i, modes[i]) == modes.begin() + i;
+    need(known, "debug.interleave = '" + c.debug.interleave +
+                    "' is not a list of two or more distinct modes among " + run_modes_text());
+  }
+  return p;
+}
+
+void validate_or_throw(const Config& cfg, int world_size) {
+  const auto problems = config_problems(cfg, world_size);
+  if (problems.empty()) return;
+  std::string msg = "invalid configuration:";
+  for (const auto& line : problems) msg += "\n  " + line;
+  fail(msg, "fix the keys named (in the TOML file or with --set section.key=value)");
+}
+
+std::string GuaranteeReport::summary() const {
+  std::string s, why;
+  for (const auto& g : levels) {
+    s += (s.empty() ? "" : "  ") + g.level + (g.holds ? " ✓" : " ✗");
+    if (!g.holds) why += "\n  " + g.level + " lost: " + g.why;
+  }
+  return s + why;
+}
+
+GuaranteeReport guarantees(const Config& c, int world_size) {
+  GuaranteeReport r;
+  const std::string mode = c.run.determinism;
+  const std::int64_t tp = c.parallel.tp, dp = world_size / tp, B = c.numerics.reduce_block;
+  if (mode == "fast") {
+    const std::string why = "determinism = fast may use nondeterministic kernels and orders";
+    for (const char* g : {"G1", "G2", "G3", "G4"}) r.levels.push_back({g, false, why});
+    return r;
+  }
+  r.levels.push_back({"G1", true, "fixed reduction orders for this layout"});
+  r.levels.push_back({"G2", true, "a checkpoint holds all state that influences the next step"});
+  std::string why;
+  if (mode != "invariant") {
+    why = "determinism = " + mode + " uses layout-dependent reduction orders";
+  } else {
+    const auto& m = c.model;
+    const std::int64_t mb_tokens = c.parallel.microbatch * m.context;
+    const std::int64_t rank_tokens = c.data.global_batch / dp * m.context;
+    std::vector<std::string> problems;
+    auto add = [&](const std::string& s) {
+      if (!s.empty()) problems.push_back(s);
+    };
+    if (!pow2(tp)) add("TP = " + str(tp) + " is not a power of two");
+    if (!pow2(dp)) add("DP = " + str(dp) + " is not a power of two");
+    if (tp > 1) {
+      add(alignment_problem("row-parallel K per TP rank (d_model / tp)", m.d_model / tp, B));
+      add(alignment_problem("row-parallel K per TP rank (ffn / tp)", m.ffn / tp, B));
+      add(alignment_problem("vocab shard per TP rank (vocab / tp)", m.vocab / tp, B));
+    }
+    add(alignment_problem("tokens per microbatch (microbatch x context)", mb_tokens, B));
+    if (dp > 1)
+      add(alignment_problem("tokens per DP rank (global_batch / dp x context)", rank_tokens, B));
+    for (const auto& p : problems) why += (why.empty() ? "" : "; ") + p;
+  }
+  const bool g3 = why.empty();
+  r.levels.push_back({"G3", g3, why});
+  r.levels.push_back({"G4", g3, g3 ? "" : "needs G3"});
+  return r;
+}
+
+}  // namespace lockstep::config

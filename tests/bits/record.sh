@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# tests/bits/record.sh BIN OUT: runs a fixed set of jobs with the lockstep binary BIN and keeps
+# what their bits are (trace.jsonl, checkpoint shard files, the regression lab's summary.json)
+# under OUT, one folder per job. Run it with the old and the new binary, then
+#   tests/bits/compare.sh OLD_OUT NEW_OUT
+# compares every kept file byte for byte. This is how a change that must keep every bit is
+# checked (docs/design.md, "bits are the product"). Thread counts are pinned (2 per rank at
+# np 1, 1 per rank otherwise) so that fast mode's trace is comparable on the same machine.
+set -euo pipefail
+BIN="$(realpath "$1")"
+OUT="$2"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TINY="$ROOT/launch/configs/tiny.toml"
+SMALL="$ROOT/launch/configs/bench-small.toml"
+rm -rf "$OUT" && mkdir -p "$OUT"
+if [[ "$(id -u)" == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+
+job() {  # job NAME NP CONFIG [--tp T] [--set k=v ...]
+  local name="$1" np="$2" cfg="$3"; shift 3
+  local threads=1; [[ $np == 1 ]] && threads=2
+  "$BIN" run --np "$np" "$cfg" --set run.out="$OUT/$name" --set run.threads=$threads "$@" \
+    >"$OUT/$name.log" 2>&1 || { echo "bits: job $name failed (log: $OUT/$name.log)" >&2; exit 1; }
+}
+
+job tiny-1x1 1 "$TINY" --set run.steps=6 --set ckpt.interval=3
+job tiny-tp2dp2-zero 4 "$TINY" --tp 2 --set run.steps=6 --set parallel.zero=true --set ckpt.interval=3
+job tiny-mb2 2 "$TINY" --set run.steps=6 --set parallel.microbatch=2 --set ckpt.save=false
+job tiny-dropout-tp2 2 "$TINY" --tp 2 --set run.steps=6 --set model.dropout=0.2 --set ckpt.save=false
+for mode in invariant deterministic fast; do
+  job small-dp2-$mode 2 "$SMALL" --set run.steps=4 --set run.determinism=$mode --set ckpt.save=false
+done
+# a resumed run: stop at 3 on DP 2, resume at TP 2 to 6
+job tiny-resume 2 "$TINY" --set run.steps=6 --set run.stop_at=3
+job tiny-resume 2 "$TINY" --tp 2 --set run.steps=6 --set run.resume=auto
+"$BIN" lab --out "$OUT/lab" >"$OUT/lab.log" 2>&1 || { echo "bits: lab failed" >&2; exit 1; }
+
+# keep only the files whose bytes are the claim: traces, shard files, checkpoint tensor
+# metadata, the lab's summary.
+(cd "$OUT" && find . -name trace.jsonl -o -name '*.safetensors' -o -path ./lab/summary.json) \
+  | sort >"$OUT/MANIFEST"
+echo "bits: $(wc -l <"$OUT/MANIFEST") files recorded in $OUT"
