@@ -57,7 +57,7 @@ int main(int argc, char** argv) {
     const Determinism mode = parse_determinism(det);
     const KernelCtx kctx = KernelCtx::best(threads);
     Grid grid = Grid::create(world, tp);
-    Gpt model(config::model_config(cfg), grid, mode, kctx);
+    Gpt model(cfg.model, grid, mode, kctx);
     model.init(1234);
     // Fixed gradients, different on every rank and term (magnitudes spread like real ones).
     std::uint64_t s = 0x9e3779b97f4a7c15ull * static_cast<std::uint64_t>(world.rank() + 1);

@@ -21,11 +21,12 @@ void TokenSource::read_u16(int64_t first, int64_t count, uint16_t* out) const {
   }
 }
 
-std::shared_ptr<const TokenSource> open_token_source(const DataConfig& cfg) {
+std::shared_ptr<const TokenSource> open_token_source(const DataConfig& cfg, uint64_t synthetic_seed,
+                                                     int64_t synthetic_bytes) {
   if (cfg.path.empty()) {
     SyntheticCorpusConfig sc;
-    sc.seed = cfg.synthetic_seed;
-    sc.bytes = cfg.synthetic_bytes;
+    sc.seed = synthetic_seed;
+    sc.bytes = synthetic_bytes;
     return std::make_shared<SyntheticCorpus>(sc);
   }
   return std::make_shared<IndexedDataset>(cfg.path);

@@ -30,19 +30,21 @@ class TokenSource {
   virtual std::string describe() const = 0;
 };
 
-// Where training data comes from. path empty: the built-in synthetic corpus with
-// synthetic_seed; otherwise the prefix of an indexed dataset (path.bin / path.idx).
+// The config file's [data] section: where training data comes from and how much a step
+// takes. path empty: the built-in synthetic corpus; otherwise the prefix of an indexed
+// dataset (path.bin / path.idx).
 struct DataConfig {
   std::string path;
-  int64_t global_batch = 8;           // sequences per step
-  int64_t context = 64;               // model.context
-  uint64_t seed = 1234;               // run.seed: keys the sample order
-  uint64_t synthetic_seed = 1234;     // keys the synthetic corpus (data/synthetic_corpus.hpp)
-  int64_t synthetic_bytes = 4 << 20;  // size of the synthetic corpus
+  int64_t global_batch = 8;  // sequences per step
 };
 
-// Opens the source DataConfig names (the indexed dataset, or generates the synthetic corpus).
-std::shared_ptr<const TokenSource> open_token_source(const DataConfig& cfg);
+// The size of the built-in synthetic corpus.
+constexpr int64_t kSyntheticCorpusBytes = 4 << 20;
+
+// Opens the source cfg names: the indexed dataset, or the synthetic corpus generated from
+// synthetic_seed (run.seed; data/synthetic_corpus.hpp) with synthetic_bytes bytes.
+std::shared_ptr<const TokenSource> open_token_source(const DataConfig& cfg, uint64_t synthetic_seed,
+                                                     int64_t synthetic_bytes = kSyntheticCorpusBytes);
 
 class GptDataset {
  public:

@@ -12,25 +12,37 @@ std::string s(std::int64_t x) {
 }
 }  // namespace
 
+std::vector<std::string> model_config_problems(const ModelConfig& m, std::int64_t tp) {
+  std::vector<std::string> p;
+  auto need = [&](bool ok, const std::string& msg) {
+    if (!ok) p.push_back(msg);
+  };
+  need(m.vocab >= 2, "model.vocab = " + s(m.vocab) + " must be >= 2");
+  need(m.context >= 1, "model.context = " + s(m.context) + " must be >= 1");
+  need(m.layers >= 1, "model.layers = " + s(m.layers) + " must be >= 1");
+  need(m.d_model >= 1 && m.heads >= 1 && m.ffn >= 1,
+       "model.d_model, model.heads and model.ffn must be >= 1");
+  need(m.heads < 1 || m.d_model % m.heads == 0,
+       "model.d_model = " + s(m.d_model) + " is not divisible by model.heads = " + s(m.heads));
+  need(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
+  need(m.ln_eps > 0, "model.ln_eps must be > 0");
+  if (tp >= 1) {
+    need(m.heads % tp == 0,
+         "model.heads = " + s(m.heads) + " is not divisible by parallel.tp = " + s(tp));
+    need(m.ffn % tp == 0, "model.ffn = " + s(m.ffn) + " is not divisible by parallel.tp = " + s(tp));
+    need(m.vocab % tp == 0,
+         "model.vocab = " + s(m.vocab) + " is not divisible by parallel.tp = " + s(tp));
+  }
+  return p;
+}
+
 void validate_model_config(const ModelConfig& c, int tp) {
-  check(c.vocab > 0 && c.context > 0 && c.layers > 0 && c.d_model > 0 && c.heads > 0 && c.ffn > 0,
-        "model config: vocab, context, layers, d_model, heads, ffn must all be positive (vocab=" +
-            s(c.vocab) + " context=" + s(c.context) + " layers=" + s(c.layers) +
-            " d_model=" + s(c.d_model) + " heads=" + s(c.heads) + " ffn=" + s(c.ffn) + ")",
-        "set the [model] keys to positive integers");
-  check(c.d_model % c.heads == 0,
-        "model config: d_model=" + s(c.d_model) + " is not a multiple of heads=" + s(c.heads),
-        "choose heads dividing d_model");
   check(tp >= 1, "model config: tp=" + s(tp) + " must be >= 1");
-  check(c.heads % tp == 0, "model config: heads=" + s(c.heads) + " not divisible by tp=" + s(tp),
-        "tensor parallelism splits attention by heads; choose tp dividing heads");
-  check(c.ffn % tp == 0, "model config: ffn=" + s(c.ffn) + " not divisible by tp=" + s(tp),
-        "choose tp dividing ffn");
-  check(c.vocab % tp == 0, "model config: vocab=" + s(c.vocab) + " not divisible by tp=" + s(tp),
-        "the vocab-parallel embedding needs tp dividing vocab (pad the vocab)");
-  check(c.dropout >= 0.0f && c.dropout < 1.0f,
-        "model config: dropout=" + std::to_string(c.dropout) + " must be in [0, 1)");
-  check(c.ln_eps > 0.0f, "model config: ln_eps must be positive");
+  const auto problems = model_config_problems(c, tp);
+  if (problems.empty()) return;
+  std::string msg = "invalid model config:";
+  for (const auto& line : problems) msg += "\n  " + line;
+  fail(msg, "fix the [model] keys named (tensor parallelism splits heads, ffn and vocab by tp)");
 }
 
 std::string model_invariance_reason(const ModelConfig& c, int tp, int B, std::int64_t mb) {

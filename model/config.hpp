@@ -1,29 +1,38 @@
-// The GPT model configuration (DESIGN.md section 6, config section `model`).
-// Determinism contract: none by itself; validate_model_config() names the shapes that the
+// The GPT model configuration: the config file's [model] section itself (docs/design.md
+// section 6; launch/train/config.hpp's key table points into this struct), its defaults the
+// `tiny` preset's shapes, and the one check of its values.
+// Determinism contract: none by itself; model_invariance_reason() names the shapes that the
 // layout-invariance guarantee (G3) needs and says which one fails.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace lockstep {
 
 struct ModelConfig {
   std::int64_t vocab = 256;
-  std::int64_t context = 256;
-  std::int64_t layers = 4;
-  std::int64_t d_model = 256;
-  std::int64_t heads = 8;
-  std::int64_t ffn = 1024;
-  float dropout = 0.0f;  // inverted dropout probability (embedding, attention probs, proj, fc2)
+  std::int64_t context = 64;
+  std::int64_t layers = 2;
+  std::int64_t d_model = 128;
+  std::int64_t heads = 4;
+  std::int64_t ffn = 512;
+  // Kept as written in the config (float64, so config.toml and meta.json repeat it exactly);
+  // the model computes with their float32 roundings.
+  double dropout = 0.0;  // inverted dropout probability (embedding, attention probs, proj, fc2)
   bool bias = false;     // linear biases (LayerNorm always has weight and bias)
-  float ln_eps = 1e-5f;
+  double ln_eps = 1e-5;
 
   std::int64_t head_dim() const { return d_model / heads; }
 };
 
-// Throws a lockstep::Error naming the first bad value (non-positive sizes, d_model not a
-// multiple of heads, heads/d_model/ffn/vocab not divisible by tp, dropout outside [0, 1)).
+// Every problem with cfg at tensor-parallel size tp, one line each naming the config keys
+// (non-positive sizes, d_model not a multiple of heads, heads/ffn/vocab not divisible by tp,
+// dropout outside [0, 1), ln_eps <= 0); empty: valid. The config validator
+// (launch/train/validate.hpp) reports these lines with the rest.
+std::vector<std::string> model_config_problems(const ModelConfig& cfg, std::int64_t tp);
+// Throws a lockstep::Error listing model_config_problems(cfg, tp) if there is any.
 void validate_model_config(const ModelConfig& cfg, int tp);
 
 // Empty when every reduction the model runs at this TP size, reduce_block and microbatch

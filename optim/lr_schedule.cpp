@@ -7,23 +7,11 @@
 namespace lockstep {
 
 const char* lr_schedule_name(LrSchedule s) {
-  switch (s) {
-    case LrSchedule::cosine:
-      return "cosine";
-    case LrSchedule::linear:
-      return "linear";
-    case LrSchedule::constant:
-      return "constant";
-  }
-  return "?";
+  return enum_name(s).data();
 }
 
 LrSchedule parse_lr_schedule(std::string_view name) {
-  if (name == "cosine") return LrSchedule::cosine;
-  if (name == "linear") return LrSchedule::linear;
-  if (name == "constant") return LrSchedule::constant;
-  fail("unknown learning-rate schedule '" + std::string(name) + "'",
-       "set optim.schedule to \"cosine\", \"linear\" or \"constant\"");
+  return parse_enum<LrSchedule>(name, "learning-rate schedule");
 }
 
 void validate(const LrScheduleConfig& c) {

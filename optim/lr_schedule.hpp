@@ -15,13 +15,21 @@
 // needs nothing but k.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "runtime/enum_names.hpp"
+
 namespace lockstep {
 
 enum class LrSchedule { cosine, linear, constant };
+constexpr std::array<EnumName<LrSchedule>, 3> enum_names(LrSchedule) {
+  return {{{LrSchedule::cosine, "cosine"},
+           {LrSchedule::linear, "linear"},
+           {LrSchedule::constant, "constant"}}};
+}
 
 const char* lr_schedule_name(LrSchedule s);
 // "cosine", "linear" or "constant"; throws a lockstep::Error otherwise.
@@ -29,8 +37,8 @@ LrSchedule parse_lr_schedule(std::string_view name);
 
 struct LrScheduleConfig {
   double lr = 3e-4;              // peak learning rate (optim.lr)
-  double min_lr = 0.0;           // floor after decay (optim.min_lr)
-  std::int64_t warmup = 0;       // warmup steps (optim.warmup)
+  double min_lr = 3e-5;          // floor after decay (optim.min_lr)
+  std::int64_t warmup = 10;      // warmup steps (optim.warmup)
   std::int64_t total_steps = 0;  // decay ends here (run.steps)
   LrSchedule schedule = LrSchedule::cosine;
 };

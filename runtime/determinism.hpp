@@ -6,12 +6,20 @@
 //                 determinism tax.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
+
+#include "runtime/enum_names.hpp"
 
 namespace lockstep {
 
 enum class Determinism { invariant, deterministic, fast };
+constexpr std::array<EnumName<Determinism>, 3> enum_names(Determinism) {
+  return {{{Determinism::invariant, "invariant"},
+           {Determinism::deterministic, "deterministic"},
+           {Determinism::fast, "fast"}}};
+}
 
 const char* determinism_name(Determinism m);
 // Parses "invariant", "deterministic" or "fast"; throws a lockstep::Error otherwise.

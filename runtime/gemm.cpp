@@ -80,27 +80,11 @@ void gemm_openblas(const GemmArgs& g) {
 }  // namespace gemm_detail
 
 const char* gemm_impl_name(GemmImpl impl) {
-  switch (impl) {
-    case GemmImpl::canonical:
-      return "canonical";
-    case GemmImpl::chain:
-      return "chain";
-    case GemmImpl::eigen:
-      return "eigen";
-    case GemmImpl::openblas:
-      return "openblas";
-    case GemmImpl::reference:
-      return "reference";
-  }
-  return "?";
+  return enum_name(impl).data();
 }
 
 GemmImpl parse_gemm_impl(std::string_view name) {
-  for (GemmImpl i : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::eigen, GemmImpl::openblas,
-                     GemmImpl::reference})
-    if (name == gemm_impl_name(i)) return i;
-  fail("unknown GEMM implementation '" + std::string(name) + "'",
-       "use one of canonical, chain, eigen, openblas, reference");
+  return parse_enum<GemmImpl>(name, "GEMM implementation");
 }
 
 // Fast mode's GEMM, measured with bench_gemm on bench-small's shapes (M = 2048 rows at np 2,

@@ -18,10 +18,12 @@
 // reference. Threads only ever split C tiles, never K.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 
+#include "runtime/enum_names.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/tensor.hpp"
 
@@ -29,6 +31,13 @@ namespace lockstep {
 
 enum class Trans : std::uint8_t { N, T };
 enum class GemmImpl { canonical, chain, eigen, openblas, reference };
+constexpr std::array<EnumName<GemmImpl>, 5> enum_names(GemmImpl) {
+  return {{{GemmImpl::canonical, "canonical"},
+           {GemmImpl::chain, "chain"},
+           {GemmImpl::eigen, "eigen"},
+           {GemmImpl::openblas, "openblas"},
+           {GemmImpl::reference, "reference"}}};
+}
 
 const char* gemm_impl_name(GemmImpl impl);
 // "canonical", "chain", "eigen", "openblas", "reference"; throws lockstep::Error otherwise.

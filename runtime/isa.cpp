@@ -7,23 +7,25 @@
 namespace lockstep {
 
 const char* isa_name(Isa isa) {
-  switch (isa) {
-    case Isa::scalar:
-      return "scalar";
-    case Isa::avx2:
-      return "avx2";
-    case Isa::avx512:
-      return "avx512";
+  return enum_name(isa).data();
+}
+
+Isa resolve_isa(IsaChoice choice) {
+  switch (choice) {
+    case IsaChoice::scalar:
+      return Isa::scalar;
+    case IsaChoice::avx2:
+      return Isa::avx2;
+    case IsaChoice::avx512:
+      return Isa::avx512;
+    case IsaChoice::automatic:
+      break;
   }
-  return "?";
+  return best_isa();
 }
 
 Isa parse_isa(std::string_view name) {
-  if (name == "scalar") return Isa::scalar;
-  if (name == "avx2") return Isa::avx2;
-  if (name == "avx512") return Isa::avx512;
-  if (name == "auto" || name.empty()) return best_isa();
-  fail("unknown ISA path '" + std::string(name) + "'", "use one of auto, scalar, avx2, avx512");
+  return name.empty() ? best_isa() : resolve_isa(parse_enum<IsaChoice>(name, "ISA path"));
 }
 
 bool isa_supported(Isa isa) {

@@ -5,15 +5,31 @@
 // test_transcendental.cpp check it on every path this CPU supports.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "runtime/enum_names.hpp"
+
 namespace lockstep {
 
 enum class Isa { scalar, avx2, avx512 };
+constexpr std::array<EnumName<Isa>, 3> enum_names(Isa) {
+  return {{{Isa::scalar, "scalar"}, {Isa::avx2, "avx2"}, {Isa::avx512, "avx512"}}};
+}
+// What a config asks for (run.isa): a path, or the best this CPU supports.
+enum class IsaChoice { automatic, scalar, avx2, avx512 };
+constexpr std::array<EnumName<IsaChoice>, 4> enum_names(IsaChoice) {
+  return {{{IsaChoice::automatic, "auto"},
+           {IsaChoice::scalar, "scalar"},
+           {IsaChoice::avx2, "avx2"},
+           {IsaChoice::avx512, "avx512"}}};
+}
 
 const char* isa_name(Isa isa);
+// The path a choice names on this CPU (automatic: best_isa()).
+Isa resolve_isa(IsaChoice choice);
 // Parses "scalar", "avx2", "avx512" or "auto" (the best supported); throws on anything else.
 Isa parse_isa(std::string_view name);
 bool isa_supported(Isa isa);

@@ -33,16 +33,25 @@
 // Determinism contract: pure functions of (version, name, logical indices, element bits).
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
 #include <string_view>
 
+#include "runtime/enum_names.hpp"
 #include "runtime/error.hpp"
 #include "runtime/state_piece.hpp"
 #include "runtime/tensor.hpp"
 
 namespace lockstep {
+
+// The fingerprint kind of the state trace (config key verify.hash): Lockstep's own, or
+// torch.hash_tensor's mode 0 (for comparing with PyTorch runs; order-blind).
+enum class HashKind { lockstep, torch_xor };
+constexpr std::array<EnumName<HashKind>, 2> enum_names(HashKind) {
+  return {{{HashKind::lockstep, "lockstep"}, {HashKind::torch_xor, "torch-xor"}}};
+}
 
 // The fingerprint function's version (see above). Values of different versions are never
 // comparable; every stored fingerprint says which version made it (checkpoint meta.json's

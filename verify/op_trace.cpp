@@ -9,22 +9,21 @@
 
 namespace lockstep {
 
-OpTraceConfig OpTraceConfig::from(const std::string& dir, int rank, const std::string& ops_range,
-                                  const std::string& perturb) {
-  OpTraceConfig c;
-  c.dir = dir;
-  c.rank = rank;
-  c.perturb = perturb;
-  if (!ops_range.empty()) {
-    long long a = 0, b = 0;
-    char tail = 0;
-    check(std::sscanf(ops_range.c_str(), "%lld-%lld%c", &a, &b, &tail) == 2 && a >= 1 && a <= b,
-          "verify.ops = '" + ops_range + "' is not a step range A-B with 1 <= A <= B",
-          "e.g. --set verify.ops=5-5 traces the ops of step 5");
-    c.first_step = a;
-    c.last_step = b;
-  }
-  return c;
+StepRange StepRange::parse(const std::string& text, const std::string& what) {
+  StepRange r;
+  if (text.empty()) return r;
+  long long a = 0, b = 0;
+  char tail = 0;
+  check(std::sscanf(text.c_str(), "%lld-%lld%c", &a, &b, &tail) == 2 && a >= 1 && a <= b,
+        what + " = '" + text + "' is not a step range A-B with 1 <= A <= B",
+        "e.g. --set verify.ops=5-5 traces the ops of step 5");
+  r.first = a;
+  r.last = b;
+  return r;
+}
+
+std::string StepRange::text() const {
+  return empty() ? "" : std::to_string(first) + "-" + std::to_string(last);
 }
 
 std::string op_trace_file_name(int rank) {
@@ -40,8 +39,7 @@ OpTrace::~OpTrace() = default;
 void OpTrace::begin_step(std::int64_t step) {
   step_ = step;
   occurrence_.clear();
-  recording_ =
-      cfg_.first_step <= cfg_.last_step && step >= cfg_.first_step && step <= cfg_.last_step;
+  recording_ = cfg_.steps.contains(step);
   if (recording_ && !out_) {
     std::error_code ec;
     std::filesystem::create_directories(cfg_.dir, ec);

@@ -27,14 +27,25 @@
 
 namespace lockstep {
 
+// The steps the op trace records (config key verify.ops, written "A-B"; "" records none).
+struct StepRange {
+  std::int64_t first = 1, last = 0;  // [first, last]; empty when last < first
+  bool empty() const { return last < first; }
+  bool contains(std::int64_t step) const { return step >= first && step <= last; }
+  // "A-B" with 1 <= A <= B, or "" (empty). Throws lockstep::Error naming `what` otherwise.
+  static StepRange parse(const std::string& text, const std::string& what = "verify.ops");
+  std::string text() const;  // the inverse of parse
+};
+
 struct OpTraceConfig {
-  std::string dir;                             // <run.out>/ops ; created when recording starts
-  int rank = 0;                                // world rank: file dir/rank_<5 digits>.jsonl
-  std::int64_t first_step = 1, last_step = 0;  // record steps in [first, last]; empty: never
-  std::string perturb;                         // debug.perturb op name ("" : none)
-  // Parses ops_range "A-B" ("" -> empty range). Throws lockstep::Error on another format.
-  static OpTraceConfig from(const std::string& dir, int rank, const std::string& ops_range,
-                            const std::string& perturb);
+  std::string dir;      // <run.out>/ops ; created when recording starts
+  int rank = 0;         // world rank: file dir/rank_<5 digits>.jsonl
+  StepRange steps;      // record these steps (empty: never)
+  std::string perturb;  // debug.perturb op name ("" : none)
+  static OpTraceConfig from(const std::string& dir, int rank, const StepRange& steps,
+                            const std::string& perturb) {
+    return OpTraceConfig{dir, rank, steps, perturb};
+  }
 };
 
 // The file name of a rank's op trace inside the ops directory: "rank_00003.jsonl".

@@ -167,11 +167,11 @@ int run(RunOptions o) {
   // pinned master thread's single core (NOTES.md), so fast mode keeps OpenMP unpinned when
   // its GEMM is OpenBLAS's (a CPU without AVX-512 here; the ranks run on alike hosts).
   const bool openblas_threads =
-      cfg.run.determinism == "fast" &&
-      fastest_gemm_impl(parse_isa(cfg.run.isa)) == GemmImpl::openblas;
+      cfg.run.determinism == Determinism::fast &&
+      fastest_gemm_impl(resolve_isa(cfg.run.isa)) == GemmImpl::openblas;
   if (bind != "none" && !openblas_threads)
     envs.insert(envs.end(), {{"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "cores"}});
-  if (build_info::kCuda && cfg.run.determinism != "fast")
+  if (build_info::kCuda && cfg.run.determinism != Determinism::fast)
     envs.insert(
         envs.end(),
         {{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}, {"CUBLAS_WORKSPACE_CONFIG", ":4096:8"}});

@@ -64,7 +64,7 @@ Runner add_train(CLI::App& app) {
       return 2;
     }
     return run_ranks(argc, argv, [&cfg](Context& mpi) {
-      return cfg.debug.interleave.empty() ? train(cfg, mpi)
+      return !cfg.debug.interleave.on() ? train(cfg, mpi)
                                           : experiments::train_interleaved(cfg, mpi);
     });
   };

@@ -194,7 +194,7 @@ int list_ops(const VerifyOptions& o) {
   config::Config cfg;
   if (!o.config.empty()) config::load_toml_file(cfg, o.config);
   for (const auto& s : o.sets) config::apply_override(cfg, s);
-  for (const OpName& op : op_names(config::model_config(cfg)))
+  for (const OpName& op : op_names(cfg.model))
     std::printf("%s%s\n", op.name.c_str(), op.perturbable ? "  (perturbable)" : "");
   std::printf("<param>.adam.update  (one per parameter, recorded by the optimizer)\n");
   return 0;

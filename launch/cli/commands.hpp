@@ -46,5 +46,7 @@ Runner add_lab(CLI::App& app);
 Runner add_verify(CLI::App& app);
 // `lockstep ckpt inspect|verify|export`: look into, re-hash and export checkpoints.
 Runner add_ckpt(CLI::App& app);
+// `lockstep docs cli`: docs/cli.md, generated from the option and config key tables.
+Runner add_docs(CLI::App& app);
 
 }  // namespace lockstep::cli

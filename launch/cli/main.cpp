@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   runners["lab"] = lockstep::cli::add_lab(app);
   runners["verify"] = lockstep::cli::add_verify(app);
   runners["ckpt"] = lockstep::cli::add_ckpt(app);
+  runners["docs"] = lockstep::cli::add_docs(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -20,7 +20,7 @@ using Clock = std::chrono::steady_clock;
 class Interleaver : public StepDriver {
  public:
   Interleaver(const config::Config& base, Context& mpi)
-      : base_(base), mpi_(mpi), modes_(config::run_mode_list(base.debug.interleave)) {}
+      : base_(base), mpi_(mpi), modes_(base.debug.interleave.modes) {}
 
   // The other modes' jobs, on the run's resolved thread count.
   void start(const TrainJob& job, const std::string& resumed_from) override {
@@ -32,7 +32,7 @@ class Interleaver : public StepDriver {
       c.run.threads = job.cfg().run.threads;
       c.run.out = job.cfg().run.out + "/interleave-" + modes_[i];
       c.ckpt.save = false;
-      c.debug.bitflip.clear();  // fault injection stays with the run itself
+      c.debug.bitflip = {};  // fault injection stays with the run itself
       others_.push_back(std::make_unique<TrainJob>(c, mpi_));
     }
     root_ = mpi_.world().rank() == 0;
@@ -40,7 +40,7 @@ class Interleaver : public StepDriver {
   }
 
   std::string banner() const override {
-    return "interleave: " + base_.debug.interleave +
+    return "interleave: " + base_.debug.interleave.text() +
            ", one step of each in turn on its own state; trace and metrics are " + modes_[0] +
            "'s, every mode's step times in tax_steps.jsonl";
   }
@@ -91,7 +91,7 @@ class Interleaver : public StepDriver {
 
 int train_interleaved(const config::Config& cfg, Context& mpi) {
   Interleaver driver(cfg, mpi);
-  return train(config::with_run_mode(cfg, config::run_mode_list(cfg.debug.interleave).at(0)), mpi,
+  return train(config::with_run_mode(cfg, cfg.debug.interleave.modes.at(0)), mpi,
                driver);
 }
 

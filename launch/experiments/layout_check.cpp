@@ -62,7 +62,7 @@ int layout_check(const LayoutCheckOptions& o) {
         "pass two or more layouts (--layouts 1x1,1x2) or microbatch sizes");
   std::filesystem::create_directories(o.out);
   std::printf("layout-check: %zu runs of %lld steps (%s), out %s\n", variants.size(),
-              static_cast<long long>(base.run.steps), base.run.determinism.c_str(), o.out.c_str());
+              static_cast<long long>(base.run.steps), determinism_name(base.run.determinism), o.out.c_str());
   std::vector<std::string> no_g3;
   for (const auto& v : variants) {
     config::Config c = base;

@@ -102,7 +102,7 @@ int tax(const TaxOptions& o) {
   for (const auto& m : modes) config::validate_or_throw(config::with_run_mode(base, m), o.np);
   if (o.interleaved) {  // preflight the interleaved job itself
     config::Config c = base;
-    c.debug.interleave = proc::join_list(modes);
+    c.debug.interleave = config::Interleave::parse(proc::join_list(modes), "--modes");
     config::validate_or_throw(c, o.np);
   }
   std::filesystem::create_directories(o.out);

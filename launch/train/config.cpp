@@ -3,163 +3,105 @@
 #include <toml++/toml.h>
 #include <algorithm>
 #include <charconv>
+#include <cstdio>
+#include <type_traits>
 #include <fstream>
 #include <sstream>
 
+#include "launch/train/modes.hpp"
 #include "runtime/error.hpp"
+#include "runtime/text.hpp"
 
 namespace lockstep::config {
 namespace {
 
-template <class Section, class T>
-std::function<FieldRef(Config&)> member(Section Config::*sec, T Section::*field) {
-  return [sec, field](Config& c) -> FieldRef { return &((c.*sec).*field); };
+// A key reading or writing the Config field that at(cfg) returns: numbers, booleans and
+// strings directly; enums through their name table (the key's choices are its names); spec
+// structs through their parse() / text().
+template <class At>
+KeyInfo key(std::string name, std::string help, At at) {
+  using T = std::remove_cvref_t<std::invoke_result_t<At, Config&>>;
+  KeyInfo k{std::move(name), std::move(help), {}, {}};
+  if constexpr (std::is_same_v<T, std::int64_t> || std::is_same_v<T, double> ||
+                std::is_same_v<T, bool> || std::is_same_v<T, std::string>) {
+    k.field = [at](Config& c) -> FieldRef { return &at(c); };
+  } else if constexpr (std::is_enum_v<T>) {
+    k.choices = enum_name_list<T>();
+    k.field = [at](Config& c) -> FieldRef {
+      T* f = &at(c);
+      return TextField{[f] { return std::string(enum_name(*f)); },
+                       [f](const std::string& text, const std::string& what) {
+                         *f = parse_enum<T>(text, what);
+                       }};
+    };
+  } else {
+    k.field = [at](Config& c) -> FieldRef {
+      T* f = &at(c);
+      return TextField{[f] { return f->text(); },
+                       [f](const std::string& text, const std::string& what) {
+                         *f = T::parse(text, what);
+                       }};
+    };
+  }
+  return k;
 }
 
+// The field a key names: AT(model.vocab) is [](Config& c) -> auto& { return c.model.vocab; }.
+#define AT(path) [](Config & c) -> auto& { return c.path; }
+
 std::vector<KeyInfo> make_keys() {
-  using C = Config;
   return {
-      {"model.vocab",
-       "vocabulary size (byte tokenizer: 256)",
-       {},
-       member(&C::model, &ModelSection::vocab)},
-      {"model.context", "sequence length in tokens", {}, member(&C::model, &ModelSection::context)},
-      {"model.layers", "transformer blocks", {}, member(&C::model, &ModelSection::layers)},
-      {"model.d_model", "hidden size", {}, member(&C::model, &ModelSection::d_model)},
-      {"model.heads", "attention heads", {}, member(&C::model, &ModelSection::heads)},
-      {"model.ffn", "MLP hidden size", {}, member(&C::model, &ModelSection::ffn)},
-      {"model.dropout", "dropout probability", {}, member(&C::model, &ModelSection::dropout)},
-      {"model.bias", "biases in linear layers", {}, member(&C::model, &ModelSection::bias)},
-      {"model.ln_eps", "LayerNorm epsilon", {}, member(&C::model, &ModelSection::ln_eps)},
-      {"parallel.tp",
-       "tensor-parallel size (dp = ranks / tp)",
-       {},
-       member(&C::parallel, &ParallelSection::tp)},
-      {"parallel.microbatch",
-       "sequences per forward/backward",
-       {},
-       member(&C::parallel, &ParallelSection::microbatch)},
-      {"parallel.zero",
-       "distributed optimizer (ZeRO-1)",
-       {},
-       member(&C::parallel, &ParallelSection::zero)},
-      {"optim.lr", "peak learning rate", {}, member(&C::optim, &OptimSection::lr)},
-      {"optim.min_lr",
-       "final learning rate of the decay",
-       {},
-       member(&C::optim, &OptimSection::min_lr)},
-      {"optim.warmup", "linear warmup steps", {}, member(&C::optim, &OptimSection::warmup)},
-      {"optim.schedule",
-       "learning-rate decay",
-       {"cosine", "linear", "constant"},
-       member(&C::optim, &OptimSection::schedule)},
-      {"optim.beta1", "AdamW beta1", {}, member(&C::optim, &OptimSection::beta1)},
-      {"optim.beta2", "AdamW beta2", {}, member(&C::optim, &OptimSection::beta2)},
-      {"optim.eps", "AdamW epsilon", {}, member(&C::optim, &OptimSection::eps)},
-      {"optim.weight_decay",
-       "decoupled weight decay (2-D weights only)",
-       {},
-       member(&C::optim, &OptimSection::weight_decay)},
-      {"optim.clip",
-       "global gradient-norm clip (0: off)",
-       {},
-       member(&C::optim, &OptimSection::clip)},
-      {"data.path",
-       "indexed dataset prefix (empty: built-in synthetic corpus)",
-       {},
-       member(&C::data, &DataSection::path)},
-      {"data.global_batch", "sequences per step", {}, member(&C::data, &DataSection::global_batch)},
-      {"run.steps", "training steps", {}, member(&C::run, &RunSection::steps)},
-      {"run.seed", "seed of init, dropout and data order", {}, member(&C::run, &RunSection::seed)},
-      {"run.out", "run directory", {}, member(&C::run, &RunSection::out)},
-      {"run.determinism",
-       "execution mode",
-       {"invariant", "deterministic", "fast"},
-       member(&C::run, &RunSection::determinism)},
-      {"run.threads",
-       "OpenMP threads per rank (0: cores / ranks)",
-       {},
-       member(&C::run, &RunSection::threads)},
-      {"run.resume", "auto | none | checkpoint path", {}, member(&C::run, &RunSection::resume)},
-      {"run.isa",
-       "kernel ISA path (never changes bits)",
-       {"auto", "scalar", "avx2", "avx512"},
-       member(&C::run, &RunSection::isa)},
-      {"run.stop_at",
-       "stop after this step as if preempted: checkpoint and exit 0 (0: off)",
-       {},
-       member(&C::run, &RunSection::stop_at)},
-      {"ckpt.interval",
-       "checkpoint every N steps (0: at the end only)",
-       {},
-       member(&C::ckpt, &CkptSection::interval)},
-      {"ckpt.keep",
-       "keep the newest N checkpoints (0: all)",
-       {},
-       member(&C::ckpt, &CkptSection::keep)},
-      {"ckpt.save", "write checkpoints", {}, member(&C::ckpt, &CkptSection::save)},
-      {"ckpt.async",
-       "write checkpoints from a background thread (in-memory snapshot)",
-       {},
-       member(&C::ckpt, &CkptSection::async)},
-      {"ckpt.load_optim",
-       "resume: load the AdamW moments (false: restart them at zero)",
-       {},
-       member(&C::ckpt, &CkptSection::load_optim)},
-      {"ckpt.load_data",
-       "resume: load the data order (false: restart it at epoch 0)",
-       {},
-       member(&C::ckpt, &CkptSection::load_data)},
-      {"ckpt.allow_contract_change",
-       "resume across a change of run.determinism / numerics.reduce_block",
-       {},
-       member(&C::ckpt, &CkptSection::allow_contract_change)},
-      {"verify.hash",
-       "fingerprint kind",
-       {"lockstep", "torch-xor"},
-       member(&C::verify, &VerifySection::hash)},
-      {"verify.fingerprint_version",
-       "lockstep fingerprint version: 2 (default), 1 to compare with runs of Lockstep before "
-       "checkpoint format 2",
-       {},
-       member(&C::verify, &VerifySection::fingerprint_version)},
-      {"verify.state_interval",
-       "fingerprint all state into trace.jsonl every N steps (0: only the exact scalars)",
-       {},
-       member(&C::verify, &VerifySection::state_interval)},
-      {"verify.replica_check_interval",
-       "cross-replica check every N steps (0: off)",
-       {},
-       member(&C::verify, &VerifySection::replica_check_interval)},
-      {"verify.ops",
-       "op-trace step range A-B (empty: off)",
-       {},
-       member(&C::verify, &VerifySection::ops)},
-      {"numerics.reduce_block",
-       "block size B of the canonical sum",
-       {},
-       member(&C::numerics, &NumericsSection::reduce_block)},
-      {"debug.perturb",
-       "op whose reduction order is perturbed (testing the tools)",
-       {},
-       member(&C::debug, &DebugSection::perturb)},
-      {"debug.bitflip",
-       "RANK:STEP:TENSOR bit flip (testing the replica guard)",
-       {},
-       member(&C::debug, &DebugSection::bitflip)},
-      {"debug.kill_in_save",
-       "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)",
-       {},
-       member(&C::debug, &DebugSection::kill_in_save)},
-      {"debug.interleave",
-       "timing experiment (lockstep tax --interleaved): modes (fast, deterministic, invariant, "
-       "invariant+verify, invariant+optrace) trained side by side in this process on their own "
-       "state, one step of each in turn; the first writes trace.jsonl and metrics.jsonl, the "
-       "step times of all go to tax_steps.jsonl",
-       {},
-       member(&C::debug, &DebugSection::interleave)},
+      key("model.vocab", "vocabulary size (byte tokenizer: 256)", AT(model.vocab)),
+      key("model.context", "sequence length in tokens", AT(model.context)),
+      key("model.layers", "transformer blocks", AT(model.layers)),
+      key("model.d_model", "hidden size", AT(model.d_model)),
+      key("model.heads", "attention heads", AT(model.heads)),
+      key("model.ffn", "MLP hidden size", AT(model.ffn)),
+      key("model.dropout", "dropout probability", AT(model.dropout)),
+      key("model.bias", "biases in linear layers", AT(model.bias)),
+      key("model.ln_eps", "LayerNorm epsilon", AT(model.ln_eps)),
+      key("parallel.tp", "tensor-parallel size (dp = ranks / tp)", AT(parallel.tp)),
+      key("parallel.microbatch", "sequences per forward/backward", AT(parallel.microbatch)),
+      key("parallel.zero", "distributed optimizer (ZeRO-1)", AT(parallel.zero)),
+      key("optim.lr", "peak learning rate", AT(optim.schedule.lr)),
+      key("optim.min_lr", "final learning rate of the decay", AT(optim.schedule.min_lr)),
+      key("optim.warmup", "linear warmup steps", AT(optim.schedule.warmup)),
+      key("optim.schedule", "learning-rate decay", AT(optim.schedule.schedule)),
+      key("optim.beta1", "AdamW beta1", AT(optim.adamw.beta1)),
+      key("optim.beta2", "AdamW beta2", AT(optim.adamw.beta2)),
+      key("optim.eps", "AdamW epsilon", AT(optim.adamw.eps)),
+      key("optim.weight_decay", "decoupled weight decay (2-D weights only)", AT(optim.adamw.weight_decay)),
+      key("optim.clip", "global gradient-norm clip (0: off)", AT(optim.clip)),
+      key("data.path", "indexed dataset prefix (empty: built-in synthetic corpus)", AT(data.path)),
+      key("data.global_batch", "sequences per step", AT(data.global_batch)),
+      key("run.steps", "training steps", AT(run.steps)),
+      key("run.seed", "seed of init, dropout and data order", AT(run.seed)),
+      key("run.out", "run directory", AT(run.out)),
+      key("run.determinism", "execution mode", AT(run.determinism)),
+      key("run.threads", "OpenMP threads per rank (0: cores / ranks)", AT(run.threads)),
+      key("run.resume", "auto | none | checkpoint path", AT(run.resume)),
+      key("run.isa", "kernel ISA path (never changes bits)", AT(run.isa)),
+      key("run.stop_at", "stop after this step as if preempted: checkpoint and exit 0 (0: off)", AT(run.stop_at)),
+      key("ckpt.interval", "checkpoint every N steps (0: at the end only)", AT(ckpt.interval)),
+      key("ckpt.keep", "keep the newest N checkpoints (0: all)", AT(ckpt.keep)),
+      key("ckpt.save", "write checkpoints", AT(ckpt.save)),
+      key("ckpt.async", "write checkpoints from a background thread (in-memory snapshot)", AT(ckpt.async)),
+      key("ckpt.load_optim", "resume: load the AdamW moments (false: restart them at zero)", AT(ckpt.load_optim)),
+      key("ckpt.load_data", "resume: load the data order (false: restart it at epoch 0)", AT(ckpt.load_data)),
+      key("ckpt.allow_contract_change", "resume across a change of run.determinism / numerics.reduce_block", AT(ckpt.allow_contract_change)),
+      key("verify.hash", "fingerprint kind", AT(verify.hash)),
+      key("verify.fingerprint_version", "lockstep fingerprint version: 2 (default), 1 to compare with runs of Lockstep before checkpoint format 2", AT(verify.fingerprint_version)),
+      key("verify.state_interval", "fingerprint all state into trace.jsonl every N steps (0: only the exact scalars)", AT(verify.state_interval)),
+      key("verify.replica_check_interval", "cross-replica check every N steps (0: off)", AT(verify.replica_check_interval)),
+      key("verify.ops", "op-trace step range A-B (empty: off)", AT(verify.ops)),
+      key("numerics.reduce_block", "block size B of the canonical sum", AT(numerics.reduce_block)),
+      key("debug.perturb", "op whose reduction order is perturbed (testing the tools)", AT(debug.perturb)),
+      key("debug.bitflip", "RANK:STEP:TENSOR bit flip (testing the replica guard)", AT(debug.bitflip)),
+      key("debug.kill_in_save", "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)", AT(debug.kill_in_save)),
+      key("debug.interleave", "timing experiment (lockstep tax --interleaved): two or more modes trained side by side in this process on their own state, one step of each in turn; the first writes trace.jsonl and metrics.jsonl, the step times of all go to tax_steps.jsonl", AT(debug.interleave)),
   };
 }
+#undef AT
 
 std::size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
@@ -182,12 +124,12 @@ const KeyInfo& find_key(const std::string& name, const std::string& source) {
 
 std::string kind_of(const FieldRef& f) {
   return std::visit(
-      [](auto* p) -> std::string {
-        using T = std::remove_pointer_t<decltype(p)>;
+      [](const auto& p) -> std::string {
+        using T = std::remove_pointer_t<std::remove_cvref_t<decltype(p)>>;
         if constexpr (std::is_same_v<T, std::int64_t>) return "an integer";
         if constexpr (std::is_same_v<T, double>) return "a number";
         if constexpr (std::is_same_v<T, bool>) return "true or false";
-        return "a string";
+        return "a string";  // std::string* and TextField
       },
       f);
 }
@@ -200,28 +142,37 @@ void check_choice(const KeyInfo& key, const std::string& value, const std::strin
   fail(source + ": " + key.name + " = '" + value + "' is not allowed", "use one of " + list);
 }
 
+// Sets a text key (enum or spec): the choice check first (its message lists the names).
+void assign_text(const KeyInfo& key, TextField& f, const std::string& value,
+                 const std::string& source) {
+  check_choice(key, value, source);
+  f.set(value, source + ": " + key.name);
+}
+
 // Assigns a TOML node to a field, with a type check.
 void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node,
                  const std::string& source) {
   FieldRef f = key.field(cfg);
   const std::string bad = source + ": " + key.name + " must be " + kind_of(f);
   std::visit(
-      [&](auto* p) {
-        using T = std::remove_pointer_t<decltype(p)>;
-        if constexpr (std::is_same_v<T, std::int64_t>) {
+      [&](auto& p) {
+        using T = std::remove_cvref_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::int64_t*>) {
           auto v = node.value<std::int64_t>();
           check(node.is_integer() && v.has_value(), bad);
           *p = *v;
-        } else if constexpr (std::is_same_v<T, double>) {
+        } else if constexpr (std::is_same_v<T, double*>) {
           check(node.is_number(), bad);
           *p = *node.value<double>();
-        } else if constexpr (std::is_same_v<T, bool>) {
+        } else if constexpr (std::is_same_v<T, bool*>) {
           check(node.is_boolean(), bad);
           *p = *node.value<bool>();
-        } else {
+        } else if constexpr (std::is_same_v<T, std::string*>) {
           check(node.is_string(), bad);
           *p = *node.value<std::string>();
-          check_choice(key, *p, source);
+        } else {
+          check(node.is_string(), bad);
+          assign_text(key, p, *node.value<std::string>(), source);
         }
       },
       f);
@@ -308,10 +259,13 @@ void apply_override(Config& cfg, const std::string& assignment) {
   const std::string name = assignment.substr(0, eq), value = assignment.substr(eq + 1);
   const KeyInfo& key = find_key(name, "--set");
   FieldRef f = key.field(cfg);
-  // Strings are taken verbatim; everything else is parsed as a TOML value.
+  // Strings and text keys are taken verbatim; everything else is parsed as a TOML value.
   if (std::holds_alternative<std::string*>(f)) {
-    check_choice(key, value, "--set");
     *std::get<std::string*>(f) = value;
+    return;
+  }
+  if (auto* text = std::get_if<TextField>(&f)) {
+    assign_text(key, *text, value, "--set");
     return;
   }
   toml::table t;
@@ -323,8 +277,26 @@ void apply_override(Config& cfg, const std::string& assignment) {
   assign_node(cfg, key, *t.get("v"), "--set");
 }
 
-std::string to_toml(const Config& cfg_in) {
-  Config cfg = cfg_in;  // field() hands out non-const pointers
+std::string value_text(const Config& cfg_in, const KeyInfo& key) {
+  Config cfg = cfg_in;  // field() hands out non-const references
+  return std::visit(
+      [](const auto& p) -> std::string {
+        using T = std::remove_cvref_t<decltype(p)>;
+        if constexpr (std::is_same_v<T, std::int64_t*>)
+          return std::to_string(*p);
+        else if constexpr (std::is_same_v<T, double*>)
+          return format_double(*p);
+        else if constexpr (std::is_same_v<T, bool*>)
+          return *p ? "true" : "false";
+        else if constexpr (std::is_same_v<T, std::string*>)
+          return quote(*p);
+        else
+          return quote(p.get());
+      },
+      key.field(cfg));
+}
+
+std::string to_toml(const Config& cfg) {
   std::string out, section;
   for (const auto& k : config_keys()) {
     const std::string sec = k.name.substr(0, k.name.find('.'));
@@ -333,37 +305,74 @@ std::string to_toml(const Config& cfg_in) {
       out.append("[").append(sec).append("]\n");
       section = sec;
     }
-    out += k.name.substr(k.name.find('.') + 1) + " = ";
-    std::visit(
-        [&](auto* p) {
-          using T = std::remove_pointer_t<decltype(p)>;
-          if constexpr (std::is_same_v<T, std::int64_t>)
-            out += std::to_string(*p);
-          else if constexpr (std::is_same_v<T, double>)
-            out += format_double(*p);
-          else if constexpr (std::is_same_v<T, bool>)
-            out += *p ? "true" : "false";
-          else
-            out += quote(*p);
-        },
-        k.field(cfg));
-    out += "\n";
+    out += k.name.substr(k.name.find('.') + 1) + " = " + value_text(cfg, k) + "\n";
   }
   return out;
 }
 
-ModelConfig model_config(const Config& c) {
-  ModelConfig m;
-  m.vocab = c.model.vocab;
-  m.context = c.model.context;
-  m.layers = c.model.layers;
-  m.d_model = c.model.d_model;
-  m.heads = c.model.heads;
-  m.ffn = c.model.ffn;
-  m.dropout = static_cast<float>(c.model.dropout);
-  m.bias = c.model.bias;
-  m.ln_eps = static_cast<float>(c.model.ln_eps);
-  return m;
+LrScheduleConfig lr_schedule(const Config& cfg) {
+  LrScheduleConfig s = cfg.optim.schedule;
+  s.total_steps = cfg.run.steps;
+  return s;
+}
+
+// ---- the debug specs -----------------------------------------------------------------------
+
+BitFlip BitFlip::parse(const std::string& text, const std::string& what) {
+  BitFlip b;
+  if (text.empty()) return b;
+  long long rank = -1, step = 0;
+  int used = 0;
+  const bool ok = std::sscanf(text.c_str(), "%lld:%lld:%n", &rank, &step, &used) == 2 &&
+                  used > 0 && static_cast<std::size_t>(used) < text.size() && rank >= 0 &&
+                  step >= 1 && text.find_first_of(" \t", static_cast<std::size_t>(used)) == std::string::npos;
+  check(ok, what + " = '" + text + "' is not RANK:STEP:TENSOR with RANK >= 0 and STEP >= 1",
+        "e.g. debug.bitflip=1:3:param/embed.weight");
+  b.rank = static_cast<int>(rank);
+  b.step = step;
+  b.tensor = text.substr(static_cast<std::size_t>(used));
+  return b;
+}
+
+std::string BitFlip::text() const {
+  return on() ? std::to_string(rank) + ":" + std::to_string(step) + ":" + tensor : "";
+}
+
+KillInSave KillInSave::parse(const std::string& text, const std::string& what) {
+  KillInSave k;
+  if (text.empty()) return k;
+  long long rank = -1, step = 0;
+  char tail = 0;
+  check(std::sscanf(text.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 && rank >= 0 &&
+            step >= 1,
+        what + " = '" + text + "' is not RANK:STEP with RANK >= 0 and STEP >= 1",
+        "e.g. debug.kill_in_save=1:4");
+  k.rank = static_cast<int>(rank);
+  k.step = step;
+  return k;
+}
+
+std::string KillInSave::text() const {
+  return rank >= 0 ? std::to_string(rank) + ":" + std::to_string(step) : "";
+}
+
+Interleave Interleave::parse(const std::string& text, const std::string& what) {
+  Interleave r;
+  if (text.empty()) return r;
+  r.modes = split_list(text);
+  bool ok = r.modes.size() >= 2;
+  for (std::size_t i = 0; i < r.modes.size(); ++i)
+    ok = ok && is_run_mode(r.modes[i]) &&
+         std::find(r.modes.begin(), r.modes.begin() + i, r.modes[i]) == r.modes.begin() + i;
+  check(ok,
+        what + " = '" + text + "' is not a list of two or more distinct modes among " +
+            run_modes_text(),
+        "e.g. debug.interleave=fast,invariant");
+  return r;
+}
+
+std::string Interleave::text() const {
+  return join_list(modes);
 }
 
 }  // namespace lockstep::config

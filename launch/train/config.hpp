@@ -1,8 +1,12 @@
-// The run configuration (DESIGN.md section 6): TOML files with sections model, parallel,
+// The run configuration (docs/design.md section 6): TOML files with sections model, parallel,
 // optim, data, run, ckpt, verify, numerics, debug; every key can be overridden with
 // `--set section.key=value`; unknown keys are errors that name the nearest valid key.
-// One key table (config_keys()) drives parsing, overrides, the resolved `config.toml`
-// written to the run directory, and the help text.
+// One typed Config: its sections are the libraries' own config structs where a library owns
+// the concept (ModelConfig, OptimConfig, DataConfig), the rest are defined here. Enum-valued
+// keys are parsed at load into enums whose names come from one table per enum
+// (runtime/enum_names.hpp); the debug.* and verify.ops specs are parsed at load into
+// structs. One key table (config_keys()) drives parsing, overrides, the resolved
+// `config.toml` written to the run directory, `--help-config` and docs/cli.md.
 // Determinism contract: the resolved config is a pure function of the file and the
 // overrides; floats are kept as doubles and written back in shortest round-trip form, so
 // reloading a resolved config reproduces it exactly.
@@ -14,21 +18,15 @@
 #include <variant>
 #include <vector>
 
+#include "data/gpt_dataset.hpp"
 #include "model/config.hpp"
+#include "optim/optim_config.hpp"
+#include "runtime/determinism.hpp"
+#include "runtime/isa.hpp"
+#include "verify/fingerprint.hpp"
+#include "verify/op_trace.hpp"
 
 namespace lockstep::config {
-
-struct ModelSection {
-  std::int64_t vocab = 256;
-  std::int64_t context = 64;
-  std::int64_t layers = 2;
-  std::int64_t d_model = 128;
-  std::int64_t heads = 4;
-  std::int64_t ffn = 512;
-  double dropout = 0.0;
-  bool bias = false;
-  double ln_eps = 1e-5;
-};
 
 struct ParallelSection {
   std::int64_t tp = 1;          // tensor-parallel size; dp = ranks / tp
@@ -36,31 +34,14 @@ struct ParallelSection {
   bool zero = false;            // distributed optimizer (ZeRO-1)
 };
 
-struct OptimSection {
-  double lr = 3e-4;
-  double min_lr = 3e-5;
-  std::int64_t warmup = 10;
-  std::string schedule = "cosine";  // cosine | linear | constant
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  double clip = 1.0;  // global-norm clip; 0 disables
-};
-
-struct DataSection {
-  std::string path;               // indexed dataset prefix; empty: the built-in corpus
-  std::int64_t global_batch = 8;  // sequences per step
-};
-
 struct RunSection {
   std::int64_t steps = 20;
   std::int64_t seed = 1234;
   std::string out = "runs/default";
-  std::string determinism = "invariant";  // invariant | deterministic | fast
-  std::int64_t threads = 0;               // OpenMP threads per rank; 0: cores / ranks
-  std::string resume = "none";            // auto | none | PATH
-  std::string isa = "auto";               // auto | scalar | avx2 | avx512 (never changes bits)
+  Determinism determinism = Determinism::invariant;
+  std::int64_t threads = 0;      // OpenMP threads per rank; 0: cores / ranks
+  std::string resume = "none";   // auto | none | PATH
+  IsaChoice isa = IsaChoice::automatic;  // never changes bits
   std::int64_t stop_at = 0;  // stop after this step as if preempted (0: run all run.steps)
 };
 
@@ -75,29 +56,56 @@ struct CkptSection {
 };
 
 struct VerifySection {
-  std::string hash = "lockstep";         // lockstep | torch-xor
+  HashKind hash = HashKind::lockstep;
   std::int64_t fingerprint_version = 2;  // 1 | 2: lockstep fingerprints' version (verify/)
   std::int64_t state_interval = 1;       // fingerprint all state every N steps (0: never)
   std::int64_t replica_check_interval = 1;
-  std::string ops;  // "A-B": op trace for steps A..B
+  StepRange ops;  // "A-B": op trace for steps A..B
 };
 
 struct NumericsSection {
   std::int64_t reduce_block = 64;  // B of the canonical sum
 };
 
+// debug.bitflip = RANK:STEP:TENSOR: after the update of STEP, that rank flips the lowest
+// mantissa bit of element 0 of its copy of TENSOR ("param/<name>" or "<name>").
+struct BitFlip {
+  int rank = -1;  // -1: off
+  std::int64_t step = 0;
+  std::string tensor;
+  bool on() const { return rank >= 0; }
+  static BitFlip parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
+// debug.kill_in_save = RANK:STEP: that rank dies after its first shard of that step's save.
+struct KillInSave {
+  int rank = -1;  // -1: off
+  std::int64_t step = 0;
+  static KillInSave parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
+// debug.interleave = MODE,MODE,...: two or more distinct modes of launch/train/modes.hpp.
+struct Interleave {
+  std::vector<std::string> modes;  // empty: off
+  bool on() const { return !modes.empty(); }
+  static Interleave parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
 struct DebugSection {
-  std::string perturb;       // OPNAME: change the reduction order inside that op
-  std::string bitflip;       // RANK:STEP:TENSOR
-  std::string kill_in_save;  // RANK:STEP: that rank dies after its first shard of that save
-  std::string interleave;    // MODE,MODE,...: timing experiment, see launch/train/modes.hpp
+  std::string perturb;  // OPNAME: change the reduction order inside that op
+  BitFlip bitflip;
+  KillInSave kill_in_save;
+  Interleave interleave;  // timing experiment, see launch/experiments/interleave.hpp
 };
 
 struct Config {
-  ModelSection model;
+  ModelConfig model;
   ParallelSection parallel;
-  OptimSection optim;
-  DataSection data;
+  OptimConfig optim;
+  data::DataConfig data;
   RunSection run;
   CkptSection ckpt;
   VerifySection verify;
@@ -105,13 +113,19 @@ struct Config {
   DebugSection debug;
 };
 
+// A key written as text (enums and specs): reads and writes its field through its own table
+// or parser.
+struct TextField {
+  std::function<std::string()> get;
+  std::function<void(const std::string& text, const std::string& what)> set;
+};
 // A reference to one field of a Config.
-using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*>;
+using FieldRef = std::variant<std::int64_t*, double*, bool*, std::string*, TextField>;
 
 struct KeyInfo {
   std::string name;  // "section.key"
   std::string help;
-  std::vector<std::string> choices;  // allowed values for enum-like strings (empty: any)
+  std::vector<std::string> choices;  // allowed values of an enum key (empty: any)
   std::function<FieldRef(Config&)> field;
 };
 
@@ -127,9 +141,11 @@ void load_toml_text(Config& cfg, const std::string& text, const std::string& sou
 void apply_override(Config& cfg, const std::string& assignment);
 // The resolved config as TOML, every key, in table order.
 std::string to_toml(const Config& cfg);
+// One key's value as config.toml writes it (strings quoted).
+std::string value_text(const Config& cfg, const KeyInfo& key);
 
-// The model section as the model's own config struct.
-ModelConfig model_config(const Config& cfg);
+// The learning-rate schedule of this run (optim's schedule, total_steps = run.steps).
+LrScheduleConfig lr_schedule(const Config& cfg);
 
 // The valid key closest to `name` by edit distance.
 std::string nearest_key(const std::string& name);

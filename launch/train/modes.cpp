@@ -22,10 +22,6 @@ bool is_run_mode(const std::string& mode) {
   return std::find(m.begin(), m.end(), mode) != m.end();
 }
 
-std::vector<std::string> run_mode_list(const std::string& list) {
-  return split_list(list);
-}
-
 std::vector<std::string> run_mode_sets(const std::string& mode, std::int64_t steps) {
   if (mode == "fast" || mode == "deterministic" || mode == "invariant")
     return {"run.determinism=" + mode, "verify.replica_check_interval=0"};

@@ -1,6 +1,5 @@
-// The execution modes the determinism-tax experiment times (`lockstep tax`, and the
-// interleaved timing of `lockstep train` under debug.interleave): each mode is a name and the
-// config overrides that make a run of it.
+// The named run modes: each a name and the config overrides that make a run of it. The
+// determinism-tax experiment times them (`lockstep tax`), and debug.interleave lists them.
 //   fast | deterministic | invariant   run.determinism = that, replica check off
 //   invariant+verify                   invariant, cross-replica check every step
 //   invariant+optrace                  that, plus the op trace over every step
@@ -19,8 +18,6 @@ namespace lockstep::config {
 const std::vector<std::string>& run_modes();
 std::string run_modes_text();
 bool is_run_mode(const std::string& mode);
-// "fast,invariant" -> {"fast", "invariant"} (empty items dropped).
-std::vector<std::string> run_mode_list(const std::string& list);
 // The --set overrides of `mode` for a run of `steps` steps; throws lockstep::Error naming the
 // valid modes on an unknown one.
 std::vector<std::string> run_mode_sets(const std::string& mode, std::int64_t steps);

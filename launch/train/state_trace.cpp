@@ -17,12 +17,6 @@
 
 namespace lockstep {
 
-HashKind parse_hash_kind(const std::string& s) {
-  if (s == "lockstep") return HashKind::lockstep;
-  if (s == "torch-xor") return HashKind::torch_xor;
-  fail("unknown verify.hash '" + s + "'", "use lockstep or torch-xor");
-}
-
 StateTrace::StateTrace(GradSync& sync, const Communicator& world, const Grid& grid, HashKind kind,
                        FpVersion version, std::int64_t state_interval, std::int64_t guard_interval,
                        int threads)

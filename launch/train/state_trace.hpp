@@ -29,8 +29,6 @@
 
 namespace lockstep {
 
-enum class HashKind { lockstep, torch_xor };
-HashKind parse_hash_kind(const std::string& s);  // "lockstep" | "torch-xor"
 
 using Fingerprints = std::vector<std::pair<std::string, std::uint64_t>>;
 

@@ -1,25 +1,27 @@
-// One training job's state and its step (DESIGN.md section 4, "one training step"): the data
-// (dataset + sampler), the model, the gradient synchronization, the state trace, the op trace
-// and the optimizer settings of one config; run_step() is sampler -> batch ->
+// One training job's state and its step (docs/design.md section 4, "one training step"): the
+// data (dataset + sampler), the model, the gradient synchronization, the state trace, the op
+// trace and the optimizer settings of one config. run_step() is, in order: sample ->
 // forward/backward per microbatch -> canonical gradient reduction (microbatch counter, then
-// DP tree) -> exact global-norm clip -> AdamW -> fingerprints. `lockstep train` drives one
-// job (launch/train/trainer.cpp adds resume, checkpoints, trace and metrics lines); the tax
-// experiment's interleaved timing drives several in one process, one per determinism mode.
+// DP tree) -> state trace -> exact global-norm clip -> AdamW -> publish (ZeRO) ->
+// fingerprints. Fault injection (debug.bitflip) and the op trace hang off the step as hooks.
+// `lockstep train` drives one job (launch/train/trainer.hpp adds resume, checkpoints, trace
+// and metrics lines); an experiment may drive several in one process (the tax experiment's
+// interleaved timing, launch/experiments/interleave.hpp).
 // Determinism contract: in invariant mode every quantity of a step is a function of the
 // config's logical content (model, data, seed, optimizer, reduce_block) only: not of TP, DP,
-// microbatch, threads or ISA, whenever the validator (launch/train/validate.hpp) grants G3. Jobs in
-// one process share no state (every random stream is keyed by seed and step), so a job's bits
-// do not depend on what else runs beside it.
+// microbatch, threads or ISA, whenever the validator (launch/train/validate.hpp) grants G3.
+// Jobs in one process share no state (every random stream is keyed by seed and step), so a
+// job's bits do not depend on what else runs beside it.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "launch/train/config.hpp"
 #include "data/gpt_dataset.hpp"
-#include "launch/train/grad_sync.hpp"
 #include "data/sampler.hpp"
+#include "launch/train/config.hpp"
+#include "launch/train/grad_sync.hpp"
 #include "launch/train/state_trace.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
@@ -58,11 +60,15 @@ class TrainJob {
   std::int64_t microbatches() const { return n_mb_; }  // per rank and step
 
  private:
+  float forward_backward(std::int64_t step);  // every microbatch of this rank; the loss
+  void update(std::int64_t step, float grad_norm, float lr);  // clip + AdamW (+ op records)
+  void flip_bit(std::int64_t step);  // debug.bitflip's hook, after the update
+
   config::Config cfg_;
   const Communicator& world_;
-  Determinism mode_;
   KernelCtx kctx_;
   Grid grid_;
+  LrScheduleConfig schedule_;  // cfg.optim's, total_steps = run.steps
   std::int64_t mb_ = 0, per_rank_ = 0, n_mb_ = 0;  // sequences per microbatch / rank; count
   std::unique_ptr<data::GptDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
@@ -70,11 +76,7 @@ class TrainJob {
   std::unique_ptr<GradSync> sync_;
   std::unique_ptr<StateTrace> state_;
   std::unique_ptr<OpTrace> ops_;
-  AdamWConfig acfg_;
-  LrScheduleConfig scfg_;
-  int bitflip_rank_ = -1;  // debug.bitflip
-  std::int64_t bitflip_step_ = 0;
-  std::size_t bitflip_param_ = 0;
+  std::size_t bitflip_param_ = 0;            // debug.bitflip's tensor (when on)
   std::vector<AdamWTensor> update_tensors_;  // the update slices, for the fused clip + AdamW
   std::vector<std::int32_t> tokens_, labels_;  // [mb * context]
   std::vector<std::int64_t> seq_ids_;          // [mb]

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
@@ -95,7 +96,14 @@ nlohmann::ordered_json config_json(const config::Config& cfg_in) {
   config::Config cfg = cfg_in;
   nlohmann::ordered_json j;
   for (const auto& key : config::config_keys())
-    std::visit([&](auto* field) { j[key.name] = *field; }, key.field(cfg));
+    std::visit(
+        [&](const auto& field) {
+          if constexpr (std::is_same_v<std::remove_cvref_t<decltype(field)>, config::TextField>)
+            j[key.name] = field.get();
+          else
+            j[key.name] = *field;
+        },
+        key.field(cfg));
   return j;
 }
 
@@ -107,7 +115,7 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
   nlohmann::ordered_json r;
   r["step"] = step;
   r["consumed_samples"] = sampler.state().consumed_samples;
-  r["contract"] = {{"determinism", cfg.run.determinism},
+  r["contract"] = {{"determinism", determinism_name(cfg.run.determinism)},
                    {"reduce_block", cfg.numerics.reduce_block}};
   r["layout"] = {{"world", world_size},
                  {"tp", grid.tp_size()},
@@ -119,7 +127,9 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
   r["sampler"] = sampler.to_json();
   r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
   r["lr"] = {
-      {"last", lr_of_step}, {"schedule", cfg.optim.schedule}, {"total_steps", cfg.run.steps}};
+      {"last", lr_of_step},
+      {"schedule", lr_schedule_name(cfg.optim.schedule.schedule)},
+      {"total_steps", cfg.run.steps}};
   r["build"] = {{"version", build_info::kVersion},
                 {"compiler", build_info::kCompiler},
                 {"build_type", build_info::kBuildType},
@@ -165,13 +175,6 @@ void check_resume(const nlohmann::json& saved, const config::Config& cfg, bool r
                   both(key).c_str());
 }
 
-// debug.kill_in_save = RANK:STEP.
-std::pair<int, std::int64_t> parse_kill(const std::string& spec) {
-  if (spec.empty()) return {-1, 0};
-  const auto c = spec.find(':');
-  return {std::stoi(spec.substr(0, c)), std::stoll(spec.substr(c + 1))};
-}
-
 // ---- resume: every piece of state from the checkpoint, resliced to this layout -----------
 struct Resumed {
   std::string dir;  // empty: a fresh run
@@ -206,7 +209,7 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
   std::printf(
       "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
       "%d thread(s), %s, ISA %s, GEMM %s\n",
-      cfg.run.determinism.c_str(), world_size, grid.tp_size(), grid.dp_size(),
+      determinism_name(cfg.run.determinism), world_size, grid.tp_size(), grid.dp_size(),
       static_cast<long long>(job.microbatch()), static_cast<long long>(job.microbatches()),
       job.kctx().threads, cfg.run.out.c_str(), isa_name(job.kctx().isa),
       gemm_impl_name(job.model().tp().gemm_impl()));
@@ -232,7 +235,7 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
 class Checkpointer {
  public:
   Checkpointer(const config::Config& cfg, TrainJob& job, const Communicator& world)
-      : cfg_(cfg), job_(job), world_(world), kill_(parse_kill(cfg.debug.kill_in_save)) {}
+      : cfg_(cfg), job_(job), world_(world) {}
 
   bool due(std::int64_t step, bool stop) const {
     return cfg_.ckpt.save && (stop || step == cfg_.run.steps ||
@@ -244,7 +247,7 @@ class Checkpointer {
     opt.root = cfg_.run.out + "/checkpoints";
     opt.step = at;
     opt.keep = cfg_.ckpt.keep;
-    opt.kill_rank = at == kill_.second ? kill_.first : -1;
+    opt.kill_rank = at == cfg_.debug.kill_in_save.step ? cfg_.debug.kill_in_save.rank : -1;
     StateTrace& state = job_.state();
     opt.fingerprint_version = state.fp_version();
     const auto run = run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(),
@@ -276,7 +279,6 @@ class Checkpointer {
   const config::Config& cfg_;
   TrainJob& job_;
   const Communicator& world_;
-  std::pair<int, std::int64_t> kill_;  // debug.kill_in_save
   ckpt::AsyncSaver async_;
 };
 

@@ -4,7 +4,6 @@
 #include <cstdio>
 #include <string>
 
-#include "launch/train/modes.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::config {
@@ -33,29 +32,12 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) p.push_back(msg);
   };
-  const auto& m = c.model;
-  need(m.vocab >= 2, "model.vocab = " + str(m.vocab) + " must be >= 2");
-  need(m.context >= 1, "model.context = " + str(m.context) + " must be >= 1");
-  need(m.layers >= 1, "model.layers = " + str(m.layers) + " must be >= 1");
-  need(m.d_model >= 1 && m.heads >= 1 && m.ffn >= 1,
-       "model.d_model, model.heads and model.ffn must be >= 1");
-  need(m.heads < 1 || m.d_model % m.heads == 0,
-       "model.d_model = " + str(m.d_model) + " is not divisible by model.heads = " + str(m.heads));
-  need(m.dropout >= 0 && m.dropout < 1, "model.dropout must be in [0, 1)");
-  need(m.ln_eps > 0, "model.ln_eps must be > 0");
   const std::int64_t tp = c.parallel.tp;
   need(tp >= 1, "parallel.tp = " + str(tp) + " must be >= 1");
   need(world_size >= 1 && tp >= 1 && world_size % tp == 0,
        "ranks = " + str(world_size) + " is not a multiple of parallel.tp = " + str(tp) +
            " (ranks = tp x dp); use --np a multiple of tp");
-  if (tp >= 1) {
-    need(m.heads % tp == 0,
-         "model.heads = " + str(m.heads) + " is not divisible by parallel.tp = " + str(tp));
-    need(m.ffn % tp == 0,
-         "model.ffn = " + str(m.ffn) + " is not divisible by parallel.tp = " + str(tp));
-    need(m.vocab % tp == 0,
-         "model.vocab = " + str(m.vocab) + " is not divisible by parallel.tp = " + str(tp));
-  }
+  for (auto& line : model_config_problems(c.model, tp)) p.push_back(std::move(line));
   const std::int64_t dp = (tp >= 1 && world_size % tp == 0) ? world_size / tp : 1;
   const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
   need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");
@@ -64,14 +46,7 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
     need(G % (dp * mb) == 0, "data.global_batch = " + str(G) +
                                  " is not divisible by dp x microbatch = " + str(dp) + " x " +
                                  str(mb) + "; choose a multiple of " + str(dp * mb));
-  const auto& o = c.optim;
-  need(o.lr >= 0 && o.min_lr >= 0 && o.min_lr <= o.lr,
-       "optim.lr and optim.min_lr must satisfy 0 <= min_lr <= lr");
-  need(o.warmup >= 0, "optim.warmup must be >= 0");
-  need(o.beta1 >= 0 && o.beta1 < 1 && o.beta2 >= 0 && o.beta2 < 1,
-       "optim.beta1 and optim.beta2 must be in [0, 1)");
-  need(o.eps > 0, "optim.eps must be > 0");
-  need(o.clip >= 0, "optim.clip must be >= 0 (0 disables clipping)");
+  for (auto& line : optim_config_problems(c.optim)) p.push_back(std::move(line));
   need(c.run.steps >= 0, "run.steps must be >= 0");
   need(c.run.threads >= 0, "run.threads must be >= 0 (0: cores / ranks)");
   need(!c.run.out.empty(), "run.out must name a run directory");
@@ -84,38 +59,14 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   need(c.verify.state_interval >= 0, "verify.state_interval must be >= 0 (0: off)");
   need(!c.run.resume.empty(), "run.resume must be auto, none or a checkpoint path");
   need(c.run.stop_at >= 0, "run.stop_at must be >= 0 (0: off)");
-  if (!c.verify.ops.empty()) {
-    long long first = 0, last = 0;
-    char tail = 0;
-    need(std::sscanf(c.verify.ops.c_str(), "%lld-%lld%c", &first, &last, &tail) == 2 &&
-             first >= 1 && first <= last,
-         "verify.ops = '" + c.verify.ops + "' is not a step range A-B with 1 <= A <= B");
-  }
-  if (!c.debug.bitflip.empty()) {
-    long long rank = 0, step = 0;
-    char name[256] = {0};
-    need(std::sscanf(c.debug.bitflip.c_str(), "%lld:%lld:%255s", &rank, &step, name) == 3 &&
-             rank >= 0 && rank < world_size && step >= 1,
-         "debug.bitflip = '" + c.debug.bitflip +
-             "' is not RANK:STEP:TENSOR with 0 <= RANK < ranks and STEP >= 1");
-  }
-  if (!c.debug.kill_in_save.empty()) {
-    long long rank = 0, step = 0;
-    char tail = 0;
-    need(std::sscanf(c.debug.kill_in_save.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 &&
-             rank >= 0 && rank < world_size && step >= 1,
-         "debug.kill_in_save = '" + c.debug.kill_in_save +
-             "' is not RANK:STEP with 0 <= RANK < ranks and STEP >= 1");
-  }
-  if (!c.debug.interleave.empty()) {
-    const auto modes = run_mode_list(c.debug.interleave);
-    bool known = modes.size() >= 2;
-    for (std::size_t i = 0; i < modes.size(); ++i)
-      known = known && is_run_mode(modes[i]) &&
-              std::find(modes.begin(), modes.begin() + i, modes[i]) == modes.begin() + i;
-    need(known, "debug.interleave = '" + c.debug.interleave +
-                    "' is not a list of two or more distinct modes among " + run_modes_text());
-  }
+  // The specs' syntax was checked when they were parsed (launch/train/config.hpp); what needs
+  // the world size is checked here.
+  need(!c.debug.bitflip.on() || c.debug.bitflip.rank < world_size,
+       "debug.bitflip = '" + c.debug.bitflip.text() + "' names rank " +
+           str(c.debug.bitflip.rank) + ", but the job has " + str(world_size) + " rank(s)");
+  need(c.debug.kill_in_save.rank < world_size,
+       "debug.kill_in_save = '" + c.debug.kill_in_save.text() + "' names rank " +
+           str(c.debug.kill_in_save.rank) + ", but the job has " + str(world_size) + " rank(s)");
   return p;
 }
 
@@ -138,9 +89,9 @@ std::string GuaranteeReport::summary() const {
 
 GuaranteeReport guarantees(const Config& c, int world_size) {
   GuaranteeReport r;
-  const std::string mode = c.run.determinism;
+  const Determinism mode = c.run.determinism;
   const std::int64_t tp = c.parallel.tp, dp = world_size / tp, B = c.numerics.reduce_block;
-  if (mode == "fast") {
+  if (mode == Determinism::fast) {
     const std::string why = "determinism = fast may use nondeterministic kernels and orders";
     for (const char* g : {"G1", "G2", "G3", "G4"}) r.levels.push_back({g, false, why});
     return r;
@@ -148,8 +99,9 @@ GuaranteeReport guarantees(const Config& c, int world_size) {
   r.levels.push_back({"G1", true, "fixed reduction orders for this layout"});
   r.levels.push_back({"G2", true, "a checkpoint holds all state that influences the next step"});
   std::string why;
-  if (mode != "invariant") {
-    why = "determinism = " + mode + " uses layout-dependent reduction orders";
+  if (mode != Determinism::invariant) {
+    why = std::string("determinism = ") + determinism_name(mode) +
+          " uses layout-dependent reduction orders";
   } else {
     const auto& m = c.model;
     const std::int64_t mb_tokens = c.parallel.microbatch * m.context;

@@ -32,10 +32,13 @@ done
 # a resumed run: stop at 3 on DP 2, resume at TP 2 to 6
 job tiny-resume 2 "$TINY" --set run.steps=6 --set run.stop_at=3
 job tiny-resume 2 "$TINY" --tp 2 --set run.steps=6 --set run.resume=auto
+# the op trace (and so the traced AdamW update) of steps 2-3 on TP 2, dropout on
+job tiny-ops-tp2 2 "$TINY" --tp 2 --set run.steps=3 --set verify.ops=2-3 --set ckpt.save=false
 "$BIN" lab --out "$OUT/lab" >"$OUT/lab.log" 2>&1 || { echo "bits: lab failed" >&2; exit 1; }
 
-# keep only the files whose bytes are the claim: traces, shard files, checkpoint tensor
-# metadata, the lab's summary.
-(cd "$OUT" && find . -name trace.jsonl -o -name '*.safetensors' -o -path ./lab/summary.json) \
+# keep only the files whose bytes are the claim: traces, shard files, op traces, the lab's
+# summary.
+(cd "$OUT" && find . -name trace.jsonl -o -name '*.safetensors' -o -path ./lab/summary.json \
+  -o -path './*/ops/rank_*.jsonl') \
   | sort >"$OUT/MANIFEST"
 echo "bits: $(wc -l <"$OUT/MANIFEST") files recorded in $OUT"

@@ -43,7 +43,8 @@ TEST_CASE("--set overrides parse by the key's type") {
   apply_override(c, "run.out=runs/x y");
   apply_override(c, "run.determinism=fast");
   REQUIRE(c.parallel.tp == 2);
-  REQUIRE(c.optim.lr == 1.0);
+  REQUIRE(c.optim.schedule.lr == 1.0);
+  REQUIRE(c.run.determinism == Determinism::fast);
   REQUIRE(c.model.bias);
   REQUIRE(c.run.out == "runs/x y");
   REQUIRE_THROWS_WITH(apply_override(c, "parallel.tp=two"), Catch::Contains("an integer"));
@@ -76,7 +77,7 @@ TEST_CASE("the resolved config round-trips exactly") {
   Config d;
   load_toml_text(d, text, "resolved");
   REQUIRE(to_toml(d) == text);
-  REQUIRE(d.optim.lr == c.optim.lr);
+  REQUIRE(d.optim.schedule.lr == c.optim.schedule.lr);
   REQUIRE(d.data.path == c.data.path);
 }
 
@@ -135,19 +136,28 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
   REQUIRE_FALSE(holds(c, 3, "G3"));
   REQUIRE(guarantees(c, 3).summary().find("DP = 3 is not a power of two") != std::string::npos);
   c = tiny();
-  c.run.determinism = "deterministic";
+  c.run.determinism = Determinism::deterministic;
   REQUIRE(holds(c, 2, "G2"));
   REQUIRE_FALSE(holds(c, 2, "G3"));
-  c.run.determinism = "fast";
+  c.run.determinism = Determinism::fast;
   REQUIRE_FALSE(holds(c, 1, "G1"));
 }
 
 TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
-  for (const char* set : {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2",
-                          "run.resume=", "debug.bitflip=0:1", "debug.bitflip=7:1:param/x",
-                          "run.stop_at=-1", "debug.kill_in_save=0", "ckpt.interval=-1",
+  // Specs are parsed when they are read: a malformed one is refused by the override itself.
+  for (const char* set : {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2", "debug.bitflip=0:1",
+                          "debug.bitflip=1:0:param/x", "debug.kill_in_save=0",
                           "debug.interleave=fast", "debug.interleave=fast,fast",
-                          "debug.interleave=fast,quick", "debug.interleave=,"}) {
+                          "debug.interleave=fast,quick", "debug.interleave=,",
+                          "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step"}) {
+    Config c = tiny();
+    INFO(set);
+    const std::string key(set, std::string(set).find('='));
+    REQUIRE_THROWS_WITH(apply_override(c, set), Catch::Contains(key));
+  }
+  // What needs the layout is refused by the validator.
+  for (const char* set : {"run.resume=", "debug.bitflip=7:1:param/x", "run.stop_at=-1",
+                          "debug.kill_in_save=2:1", "ckpt.interval=-1"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
@@ -162,4 +172,34 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
     INFO(set);
     REQUIRE(config_problems(c, 2).empty());
   }
+}
+
+TEST_CASE("enum keys and specs are typed at load and written back as read") {
+  Config c = tiny();
+  for (const char* set : {"run.determinism=deterministic", "run.isa=avx2", "verify.hash=torch-xor",
+                          "optim.schedule=linear", "verify.ops=2-4", "debug.bitflip=1:3:param/x",
+                          "debug.kill_in_save=1:2", "debug.interleave=fast,invariant"})
+    apply_override(c, set);
+  REQUIRE(c.run.determinism == Determinism::deterministic);
+  REQUIRE(c.run.isa == IsaChoice::avx2);
+  REQUIRE(c.verify.hash == HashKind::torch_xor);
+  REQUIRE(c.optim.schedule.schedule == LrSchedule::linear);
+  REQUIRE((c.verify.ops.first == 2 && c.verify.ops.last == 4));
+  REQUIRE((c.debug.bitflip.rank == 1 && c.debug.bitflip.step == 3));
+  REQUIRE(c.debug.bitflip.tensor == "param/x");
+  REQUIRE((c.debug.kill_in_save.rank == 1 && c.debug.kill_in_save.step == 2));
+  REQUIRE(c.debug.interleave.modes == std::vector<std::string>{"fast", "invariant"});
+  const std::string text = to_toml(c);
+  for (const char* line : {"determinism = \"deterministic\"", "isa = \"avx2\"",
+                           "hash = \"torch-xor\"", "schedule = \"linear\"", "ops = \"2-4\"",
+                           "bitflip = \"1:3:param/x\"", "kill_in_save = \"1:2\"",
+                           "interleave = \"fast,invariant\""})
+    CHECK(text.find(line) != std::string::npos);
+  Config d;
+  load_toml_text(d, text, "resolved");
+  REQUIRE(to_toml(d) == text);
+  // The choices a key lists are its enum's names.
+  for (const auto& k : config_keys())
+    if (k.name == "run.determinism")
+      REQUIRE(k.choices == std::vector<std::string>{"invariant", "deterministic", "fast"});
 }

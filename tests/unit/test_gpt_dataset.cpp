@@ -112,7 +112,7 @@ TEST_CASE("gpt dataset: packs across documents of an indexed dataset", "[data][g
 
   DataConfig cfg;
   cfg.path = prefix;
-  CHECK(open_token_source(cfg)->num_tokens() == int64_t(all.size()));
+  CHECK(open_token_source(cfg, 1234)->num_tokens() == int64_t(all.size()));
   std::vector<uint16_t> u(all.size());
   idx->read_u16(0, int64_t(all.size()), u.data());
   CHECK(std::equal(u.begin(), u.end(), all.begin()));
@@ -134,9 +134,7 @@ TEST_CASE("gpt dataset: the vocabulary check and too-small sources", "[data][gpt
 }
 
 TEST_CASE("gpt dataset: no data configured means the synthetic corpus", "[data][gpt]") {
-  DataConfig cfg;
-  cfg.synthetic_bytes = 1 << 16;
-  auto src = open_token_source(cfg);
+  auto src = open_token_source(DataConfig{}, 1234, 1 << 16);
   CHECK(src->describe().find("synthetic") != std::string::npos);
   CHECK(src->num_tokens() >= (1 << 16));
   GptDataset ds(src, 64, 256);

@@ -69,7 +69,7 @@ Run run_model(const std::string& perturb, bool observe = true) {
   Gpt model(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
   model.init(5);
   const std::string dir = temp_dir("model_" + perturb + (observe ? "" : "_off"));
-  OpTrace trace(OpTraceConfig::from(dir, 0, "1-1", perturb));
+  OpTrace trace(OpTraceConfig::from(dir, 0, StepRange::parse("1-1"), perturb));
   if (observe) model.set_observer(&trace);
   trace.begin_step(1);
   const Batch b = make_batch(cfg, 2);
@@ -87,7 +87,7 @@ Run run_model(const std::string& perturb, bool observe = true) {
 
 TEST_CASE("op trace: file format, occurrences, byte hashes, step range") {
   const std::string dir = temp_dir("format");
-  OpTrace t(OpTraceConfig::from(dir, 3, "2-3", ""));
+  OpTrace t(OpTraceConfig::from(dir, 3, StepRange::parse("2-3"), ""));
   CHECK(t.config().first_step == 2);
   CHECK(t.config().last_step == 3);
   const std::vector<float> x{1.0f, -0.0f, 2.5f}, y{4.0f};
@@ -126,13 +126,15 @@ TEST_CASE("op trace: file format, occurrences, byte hashes, step range") {
   // The same bytes hash the same wherever they appear (output of one op, input of another).
   CHECK(lines[0]["out"] == lines[0]["in"][1]);
 
-  OpTrace never(OpTraceConfig::from(temp_dir("never"), 0, "", ""));
+  OpTrace never(OpTraceConfig::from(temp_dir("never"), 0, StepRange{}, ""));
   never.begin_step(1);
   CHECK_FALSE(never.recording());
-  CHECK_THROWS_AS(OpTraceConfig::from(dir, 0, "3-2", ""), Error);
-  CHECK_THROWS_AS(OpTraceConfig::from(dir, 0, "5", ""), Error);
-  CHECK(OpTrace(OpTraceConfig::from(dir, 0, "", "x.fwd")).perturb("x.fwd"));
-  CHECK_FALSE(OpTrace(OpTraceConfig::from(dir, 0, "", "x.fwd")).perturb("x.fwd2"));
+  CHECK_THROWS_AS(StepRange::parse("3-2"), Error);
+  CHECK_THROWS_AS(StepRange::parse("5"), Error);
+  CHECK(StepRange::parse("2-4").text() == "2-4");
+  CHECK(StepRange::parse("").empty());
+  CHECK(OpTrace(OpTraceConfig::from(dir, 0, StepRange{}, "x.fwd")).perturb("x.fwd"));
+  CHECK_FALSE(OpTrace(OpTraceConfig::from(dir, 0, StepRange{}, "x.fwd")).perturb("x.fwd2"));
 }
 
 TEST_CASE("op trace of the GPT: names in order, and observing changes nothing") {
