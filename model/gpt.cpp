@@ -3,14 +3,14 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
 #include <span>
 #include <string>
 
-#include "model/kernels/attn_gemm.hpp"
+#include "model/gpt_causal_gemms.hpp"
+#include "model/gpt_op_names.hpp"
 #include "model/kernels/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "parallel/fused_linear3.hpp"
@@ -22,6 +22,8 @@
 #include "runtime/transcendental.hpp"
 
 namespace lockstep {
+
+using namespace gpt_detail;
 
 namespace {
 // 64-byte aligned: whole-line vector loads, and the GEMM reads A in place (gemm_kernel.hpp).
@@ -36,136 +38,6 @@ void ensure(Mask& b, std::int64_t n) {
 }
 std::span<float> sp(Buf& b) {
   return std::span<float>(b.data(), b.size());
-}
-
-// ---- op names (gpt.hpp) --------------------------------------------------------------------
-enum GlobalOp : int {
-  kEmbedFwd,
-  kFinalLnFwd,
-  kHeadFwd,
-  kLossFwd,
-  kLossSumFwd,
-  kLossBwd,
-  kHeadWgrad,
-  kHeadDgrad,
-  kFinalLnBwd,
-  kFinalLnWgrad,
-  kFinalLnBgrad,
-  kPosWgrad,
-  kEmbedWgrad,
-  kGlobalOps
-};
-constexpr const char* kGlobalOpName[kGlobalOps] = {
-    "embed.lookup.fwd", "final_ln.fwd",    "head.fwd",          "loss.fwd",     "loss.sum.fwd",
-    "loss.bwd",         "head.wgrad",      "head.dgrad",        "final_ln.bwd", "final_ln.wgrad",
-    "final_ln.bgrad",   "pos_embed.wgrad", "embed.lookup.wgrad"};
-enum LayerOp : int {
-  kLn1Fwd,
-  kQFwd,
-  kKFwd,
-  kVFwd,
-  kScoresFwd,
-  kSoftmaxFwd,
-  kAttnDropFwd,
-  kPvFwd,
-  kProjFwd,
-  kAttnResFwd,
-  kLn2Fwd,
-  kFc1Fwd,
-  kGeluFwd,
-  kFc2Fwd,
-  kMlpResFwd,  // forward
-  kFc2Wgrad,
-  kFc2Bgrad,
-  kFc2Dgrad,
-  kGeluBwd,
-  kFc1Wgrad,
-  kFc1Bgrad,
-  kFc1Dgrad,
-  kLn2Bwd,
-  kLn2Wgrad,
-  kLn2Bgrad,
-  kProjWgrad,
-  kProjBgrad,
-  kProjDgrad,
-  kDvBwd,
-  kDqBwd,
-  kDkBwd,
-  kQWgrad,
-  kQBgrad,
-  kKWgrad,
-  kKBgrad,
-  kVWgrad,
-  kVBgrad,
-  kQDgrad,
-  kKDgrad,
-  kVDgrad,
-  kLn1Bwd,
-  kLn1Wgrad,
-  kLn1Bgrad,
-  kLayerOps
-};
-constexpr int kFirstLayerBwdOp = kFc2Wgrad;
-constexpr const char* kLayerOpName[kLayerOps] = {
-    "ln1.fwd",          "attn.q.fwd",       "attn.k.fwd",      "attn.v.fwd",    "attn.scores.fwd",
-    "attn.softmax.fwd", "attn.dropout.fwd", "attn.pv.fwd",     "attn.proj.fwd", "attn.residual.fwd",
-    "ln2.fwd",          "mlp.fc1.fwd",      "mlp.gelu.fwd",    "mlp.fc2.fwd",   "mlp.residual.fwd",
-    "mlp.fc2.wgrad",    "mlp.fc2.bgrad",    "mlp.fc2.dgrad",   "mlp.gelu.bwd",  "mlp.fc1.wgrad",
-    "mlp.fc1.bgrad",    "mlp.fc1.dgrad",    "ln2.bwd",         "ln2.wgrad",     "ln2.bgrad",
-    "attn.proj.wgrad",  "attn.proj.bgrad",  "attn.proj.dgrad", "attn.dv.bwd",   "attn.dq.bwd",
-    "attn.dk.bwd",      "attn.q.wgrad",     "attn.q.bgrad",    "attn.k.wgrad",  "attn.k.bgrad",
-    "attn.v.wgrad",     "attn.v.bgrad",     "attn.q.dgrad",    "attn.k.dgrad",  "attn.v.dgrad",
-    "ln1.bwd",          "ln1.wgrad",        "ln1.bgrad"};
-
-bool global_perturbable(int op) {
-  return op == kHeadFwd || op == kHeadWgrad || op == kHeadDgrad;
-}
-bool layer_perturbable(int op) {
-  switch (op) {
-    case kQFwd:
-    case kKFwd:
-    case kVFwd:
-    case kScoresFwd:
-    case kPvFwd:
-    case kProjFwd:
-    case kFc1Fwd:
-    case kFc2Fwd:
-    case kFc2Wgrad:
-    case kFc2Dgrad:
-    case kFc1Wgrad:
-    case kFc1Dgrad:
-    case kProjWgrad:
-    case kProjDgrad:
-    case kQWgrad:
-    case kKWgrad:
-    case kVWgrad:
-    case kQDgrad:
-    case kKDgrad:
-    case kVDgrad:
-      return true;
-    default:
-      return false;
-  }
-}
-// Whether a layer op is recorded with this config (linear bias grads need biases, the
-// attention-probability dropout needs dropout > 0).
-bool layer_op_present(const ModelConfig& cfg, int op) {
-  switch (op) {
-    case kFc2Bgrad:
-    case kFc1Bgrad:
-    case kProjBgrad:
-    case kQBgrad:
-    case kKBgrad:
-    case kVBgrad:
-      return cfg.bias;
-    case kAttnDropFwd:
-      return cfg.dropout > 0.0f;
-    default:
-      return true;
-  }
-}
-std::string layer_op_name(std::int64_t l, int op) {
-  return "layers." + std::to_string(l) + "." + kLayerOpName[op];
 }
 
 std::span<const float> cs(const float* p, std::int64_t n) {
@@ -218,195 +90,6 @@ void for_row_pieces(int threads, std::int64_t T, std::int64_t cols, std::int64_t
   }
 }
 
-// ---- causal attention GEMMs ---------------------------------------------------------------
-// The attention GEMMs of one (sequence, head) run on causal blocks only, with the bits of the
-// full-size GEMMs of the definition (gpt.hpp):
-//  * S = Q K^T and dP = dO V^T reduce over head_dim, so computing only the columns [0, r1) of
-//    the query rows [r0, r1) changes nothing (a GEMM's bits do not depend on N).
-//  * O = P V and dQ = dS K reduce over keys, and the masked terms (j > i) are (+0.0) * x. Query
-//    rows [r0, r1) (r1 a multiple of B or C) take the key prefix [0, r1): whole key blocks past
-//    r1 are omitted. dV = P^T dO and dK = dS^T Q reduce over queries; key rows [j0, j1) omit the
-//    leading whole query blocks [0, j0) and evaluate the remaining blocks as the canonical tree
-//    over all blocks with the omitted leaves removed (the aligned subtrees it consists of are
-//    GEMMs, combined left + right).
-//  Proof of equality: with x finite, an omitted leaf (or chain tail) is +-0.0, and adding a
-//  zero is exact unless the other side is also zero; removing the zero leaves of the tree
-//  leaves the tree of the remaining leaves. So the result with omissions equals the full
-//  result bit for bit except possibly in the sign of a zero result (when x is finite). Hence:
-//  if x (the operand multiplied by the masked +0.0) has a non-finite value the full GEMM runs;
-//  every output row containing a zero is recomputed by the full-K GEMM of that row (rows are
-//  independent of M). deterministic mode (one chain over K) uses the same prefix / suffix GEMMs
-//  and fix-ups (a chain's omitted terms are +-0.0 too). fast mode skips checks and fix-ups.
-class CausalGemms {
- public:
-  // perturbed (debug.perturb): the canonical GEMM with block tp.perturbed_block().
-  // fused: use model/kernels/attn_gemm.hpp's kernels where they apply (never when perturbed; the op
-  // trace passes false because it records the scores' masked entries, which those kernels
-  // leave unwritten). `scratch` arguments: attn_gemm_scratch_floats(C, hd, B) floats per
-  // thread, used only by the fused kernels.
-  CausalGemms(const TpContext& tp, std::int64_t C, int B, bool perturbed = false, bool fused = true)
-      : tp_(tp),
-        C_(C),
-        B_(perturbed ? tp.perturbed_block() : B),
-        exact_(tp.mode() != Determinism::fast),
-        perturbed_(perturbed),
-        tree_(perturbed || tp.mode() == Determinism::invariant),
-        fused_(fused && !perturbed) {
-    rows_ = B_;
-    while (rows_ < 64) rows_ += B_;
-    if (rows_ >= C_) rows_ = C_;
-  }
-  // Query-row block size (a multiple of B, or C).
-  std::int64_t rows() const { return rows_; }
-
-  // S[r0:r1, 0:r1) = Q[r0:r1] K^T per row block (ld of S is C); the fused kernel writes S[i, j]
-  // for j <= i (and some masked entries).
-  void nt(std::int64_t hd, const float* Q, std::int64_t ldq, const float* K, std::int64_t ldk,
-          float* S, float* scratch) const {
-    if (use_fused(hd)) return causal_scores(C_, hd, Q, ldq, K, ldk, S, scratch);
-    for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
-      const std::int64_t r1 = std::min(C_, r0 + rows_);
-      tp_.gemm(perturbed_, Trans::N, Trans::T, r1 - r0, r1, hd, Q + r0 * ldq, ldq, K, ldk,
-               S + r0 * C_, C_, true);
-    }
-  }
-
-  // Y[C, n] = A X, A [C, C] (lda) with A[i, j] = +0.0 for j > i, X [C, n] (ldx).
-  void prefix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
-              float* Y, std::int64_t ldy, float* scratch) const {
-    auto full = [&] {
-      tp_.gemm(perturbed_, Trans::N, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
-    };
-    // Row i in full (every term, masked ones included): the zero-row fix-up.
-    auto full_row = [&](std::int64_t i) {
-      tp_.gemm(perturbed_, Trans::N, Trans::N, 1, n, C_, A + i * lda, lda, X, ldx, Y + i * ldy, ldy,
-               true);
-    };
-    if (lda == C_ && use_fused(n)) {  // the kernel tests X and Y on the way (AttnChecks)
-      AttnChecks chk;
-      causal_prefix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch,
-                    exact_ ? &chk : nullptr);
-      if (!chk.x_finite) return full();
-      if (chk.y_zero) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
-      return;
-    }
-    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
-    for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
-      const std::int64_t r1 = std::min(C_, r0 + rows_);
-      tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
-               Y + r0 * ldy, ldy, true);
-      if (!exact_ || r1 == C_) continue;
-      redo_zero_rows(Y, r0, r1, n, ldy, full_row);
-    }
-  }
-
-  // Y[C, n] = A^T X, A [C, C] (lda) with A[i, j] = +0.0 for i < j, X [C, n] (ldx).
-  // scratch: at least 8 * rows() * n floats, and the fused kernels' size.
-  void suffix(std::int64_t n, const float* A, std::int64_t lda, const float* X, std::int64_t ldx,
-              float* Y, std::int64_t ldy, float* scratch) const {
-    auto full = [&] {
-      tp_.gemm(perturbed_, Trans::T, Trans::N, C_, n, C_, A, lda, X, ldx, Y, ldy, true);
-    };
-    // Row j in full (every term, masked ones included): the zero-row fix-up.
-    auto full_row = [&](std::int64_t j) {
-      tp_.gemm(perturbed_, Trans::T, Trans::N, 1, n, C_, A + j, lda, X, ldx, Y + j * ldy, ldy,
-               true);
-    };
-    if (lda == C_ && use_fused(n)) {  // the kernel tests X and Y on the way (AttnChecks)
-      AttnChecks chk;
-      causal_suffix(C_, n, static_cast<int>(B_), tree_, A, X, ldx, Y, ldy, scratch,
-                    exact_ ? &chk : nullptr);
-      if (!chk.x_finite) return full();
-      if (chk.y_zero) redo_zero_rows(Y, 0, C_, n, ldy, full_row);
-      return;
-    }
-    if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
-    for (std::int64_t j0 = 0; j0 < C_; j0 += rows_) {
-      const std::int64_t j1 = std::min(C_, j0 + rows_), m = j0 / B_;
-      float* y = Y + j0 * ldy;
-      if (m == 0) {
-        tp_.gemm(perturbed_, Trans::T, Trans::N, j1 - j0, n, C_, A + j0, lda, X, ldx, y, ldy, true);
-        continue;
-      }
-      if (tree_) {
-        const std::int64_t nb = (C_ + B_ - 1) / B_;
-        Sub s{A + j0, lda, X, ldx, j1 - j0, n, m, scratch};
-        tree(s, 0, nb, y, ldy, 0);
-      } else {
-        const std::int64_t k0 = m * B_;
-        tp_.gemm(perturbed_, Trans::T, Trans::N, j1 - j0, n, C_ - k0, A + k0 * lda + j0, lda,
-                 X + k0 * ldx, ldx, y, ldy, true);
-      }
-      if (!exact_) continue;
-      redo_zero_rows(Y, j0, j1, n, ldy, full_row);
-    }
-  }
-
- private:
-  struct Sub {
-    const float* A;
-    std::int64_t lda;
-    const float* X;
-    std::int64_t ldx, rows, n, m;
-    float* scratch;
-  };
-  // T(lo, hi) over query blocks with the leaves < s.m removed; false if none is left.
-  bool tree(const Sub& s, std::int64_t lo, std::int64_t hi, float* out, std::int64_t ldo,
-            int depth) const {
-    if (hi <= s.m) return false;
-    if (lo >= s.m) {
-      const std::int64_t k0 = lo * B_, k1 = std::min(C_, hi * B_);
-      tp_.gemm(perturbed_, Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda,
-               s.X + k0 * s.ldx, s.ldx, out, ldo, true);
-      return true;
-    }
-    std::int64_t p = 1;
-    while (p * 2 < hi - lo) p *= 2;
-    if (!tree(s, lo, lo + p, out, ldo, depth + 1)) return tree(s, lo + p, hi, out, ldo, depth + 1);
-    float* tmp = s.scratch + static_cast<std::int64_t>(depth) * s.rows * s.n;
-    tree(s, lo + p, hi, tmp, s.n, depth + 1);
-    for (std::int64_t r = 0; r < s.rows; ++r)
-      for (std::int64_t c = 0; c < s.n; ++c) out[r * ldo + c] = out[r * ldo + c] + tmp[r * s.n + c];
-    return true;
-  }
-  bool use_fused(std::int64_t n) const {
-    return fused_ && attn_gemm_supported(tp_.kernel(), C_, n, tree_) &&
-           B_ == tp_.kernel().reduce_block;
-  }
-  // Recomputes (row(i)) each row i in [r0, r1) of Y [*, n] (ldy) that holds a +-0.0: there a
-  // skipped masked term (+0.0 x) could have changed the sign of the zero.
-  template <class Row>
-  void redo_zero_rows(const float* Y, std::int64_t r0, std::int64_t r1, std::int64_t n,
-                      std::int64_t ldy, Row row) const {
-    for (std::int64_t i = first_row_with_zero(tp_.kernel(), Y, r0, r1, n, ldy); i < r1;
-         i = first_row_with_zero(tp_.kernel(), Y, i + 1, r1, n, ldy))
-      row(i);
-  }
-
-  const TpContext& tp_;
-  std::int64_t C_;
-  std::int64_t B_;
-  bool exact_;
-  bool perturbed_;
-  bool tree_;
-  bool fused_;
-  std::int64_t rows_ = 0;
-};
-// Attention scratch of one thread: P [C, C] (scores and probabilities when they are not
-// stored), dP [C, C] (backward), then the suffix tree's partial results or the fused kernels'
-// scratch (CausalGemms).
-struct AttnScratch {
-  std::int64_t C, per_thread;
-  AttnScratch(std::int64_t C_, std::int64_t hd, int B, std::int64_t rows) : C(C_) {
-    const std::int64_t nblk = (C + B - 1) / B;
-    const std::int64_t tree = (std::bit_width(static_cast<std::uint64_t>(nblk)) + 1) * rows * hd;
-    per_thread = 2 * C * C + std::max(tree, attn_gemm_scratch_floats(C, hd, B));
-  }
-  float* p(float* base, int thread) const { return base + thread * per_thread; }
-  float* dp(float* base, int thread) const { return p(base, thread) + C * C; }
-  float* tmp(float* base, int thread) const { return p(base, thread) + 2 * C * C; }
-};
-
 // Where a layer's q, k, v live: three [T, dl] buffers, or one [T, 3 dl] (LayerActs::qkv_fused).
 struct QkvView {
   const float *q, *k, *v;
@@ -447,9 +130,7 @@ struct Gpt::Impl {
   bool rec = false;
   Buf rec_a, rec_b, rec_scores;
 
-  static int id(std::int64_t layer, int op) {
-    return kGlobalOps + static_cast<int>(layer) * kLayerOps + op;
-  }
+  static int id(std::int64_t layer, int op) { return op_id(layer, op); }
   bool pt(int id) const { return !op_perturb.empty() && op_perturb[id]; }
   void record(int id, std::initializer_list<std::span<const float>> in,
               std::span<const float> out) const {
@@ -462,66 +143,15 @@ struct Gpt::Impl {
   }
 };
 
-std::vector<OpName> op_names(const ModelConfig& cfg) {
-  std::vector<OpName> out;
-  auto global = [&](int op) { out.push_back({kGlobalOpName[op], global_perturbable(op)}); };
-  auto layer = [&](std::int64_t l, int op) {
-    if (layer_op_present(cfg, op)) out.push_back({layer_op_name(l, op), layer_perturbable(op)});
-  };
-  global(kEmbedFwd);
-  for (std::int64_t l = 0; l < cfg.layers; ++l)
-    for (int op = 0; op < kFirstLayerBwdOp; ++op) layer(l, op);
-  for (int op = kFinalLnFwd; op <= kFinalLnBgrad; ++op) global(op);
-  for (std::int64_t l = cfg.layers - 1; l >= 0; --l)
-    for (int op = kFirstLayerBwdOp; op < kLayerOps; ++op) layer(l, op);
-  global(kPosWgrad);
-  global(kEmbedWgrad);
-  out.push_back({"dp.reduce", true});
-  return out;
-}
-
-void check_perturb_op(const ModelConfig& cfg, const std::string& name) {
-  std::string nearest;
-  std::size_t best = std::string::npos;
-  for (const OpName& op : op_names(cfg)) {
-    if (op.name == name) {
-      check(op.perturbable,
-            "debug.perturb = '" + name + "': this op has no reduction order to change",
-            "perturb a GEMM op (.fwd/.wgrad/.dgrad of a linear layer or head, attn.scores.fwd, "
-            "attn.pv.fwd) or dp.reduce; `lockstep verify ops CONFIG` lists them");
-      return;
-    }
-    if (!op.perturbable) continue;
-    // Edit distance (names are short).
-    std::vector<std::size_t> row(op.name.size() + 1);
-    for (std::size_t j = 0; j < row.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= name.size(); ++i) {
-      std::size_t diag = row[0];
-      row[0] = i;
-      for (std::size_t j = 1; j <= op.name.size(); ++j) {
-        const std::size_t up = row[j];
-        row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (name[i - 1] != op.name[j - 1])});
-        diag = up;
-      }
-    }
-    if (row.back() < best) best = row.back(), nearest = op.name;
-  }
-  fail("debug.perturb = '" + name + "' is not an op of this model",
-       "did you mean '" + nearest + "'? `lockstep verify ops CONFIG` lists every op name");
-}
-
 void Gpt::set_observer(OpObserver* observer) {
   Impl& m = *impl_;
   m.obs = observer;
   m.op_name.clear();
   m.op_perturb.clear();
   if (!observer) return;
-  const int n = kGlobalOps + static_cast<int>(cfg_.layers) * kLayerOps;
-  m.op_name.resize(static_cast<std::size_t>(n));
+  m.op_name = op_id_names(cfg_.layers);
+  const int n = static_cast<int>(m.op_name.size());
   m.op_perturb.assign(static_cast<std::size_t>(n), 0);
-  for (int op = 0; op < kGlobalOps; ++op) m.op_name[op] = kGlobalOpName[op];
-  for (std::int64_t l = 0; l < cfg_.layers; ++l)
-    for (int op = 0; op < kLayerOps; ++op) m.op_name[Impl::id(l, op)] = layer_op_name(l, op);
   for (int i = 0; i < n; ++i) m.op_perturb[i] = observer->perturb(m.op_name[i]) ? 1 : 0;
 }
 
