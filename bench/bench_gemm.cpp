@@ -195,7 +195,7 @@ int main(int argc, char** argv) {
                          acols = sh.ta == Trans::N ? sh.k : sh.m;
       const std::int64_t brows = sh.tb == Trans::N ? sh.k : sh.n,
                          bcols = sh.tb == Trans::N ? sh.n : sh.k;
-      // 64-byte aligned, as the model's activations (model/gpt.cpp's buffers).
+      // 64-byte aligned, as the model's activations (model/gpt_impl.hpp's buffers).
       const std::int64_t lda = acols + lda_pad;  // --lda-pad: rows of A further apart
       AlignedVector<float> A(static_cast<std::size_t>(arows * lda)),
           B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * sh.n));

@@ -1,6 +1,6 @@
 // The GPT decoder (GPT-2 / Megatron style) with tensor parallelism; forward and backward are
 // written by hand so that loss and gradients are bitwise independent of TP size, microbatch
-// size and thread count in invariant mode (DESIGN.md sections 2 and 3).
+// size and thread count in invariant mode (docs/design.md sections 2 and 3).
 //
 // Model: byte-level vocab, learned positional embedding, `layers` pre-LayerNorm blocks
 //   h += dropout(proj(attn(LN1(h))));  h += dropout(fc2(gelu_tanh(fc1(LN2(h)))));
@@ -20,10 +20,10 @@
 //    Backward: dP = dO V^T; dot_i = cdot over j <= i of P[i,j] dP[i,j];
 //    dS[i,j] = (P[i,j] * (dP[i,j] - dot_i)) * scale for j <= i, +0.0 for j > i;
 //    dQ = dS K, dK = dS^T Q, dV = P^T dO (canonical GEMMs; keys/queries are never split).
-//    Implementation: the six attention GEMMs run on causal blocks only (CausalGemms in
-//    gpt.cpp), with the bits of the full GEMMs above (proof there; rows whose result has a
-//    zero, and operands with Inf/NaN, are recomputed with the full K). The softmax rows are
-//    model/kernels/attn_rows.hpp.
+//    Implementation: the six attention GEMMs run on causal blocks only (CausalGemms,
+//    model/gpt_causal_gemms.hpp), with the bits of the full GEMMs above (proof there; rows
+//    whose result has a zero, and operands with Inf/NaN, are recomputed with the full K). The
+//    softmax rows are model/kernels/attn_rows.hpp.
 //  - Column-parallel layers that read the same input (q, k, v) return partial input
 //    gradients that are TP-reduced separately (one allreduce of the 3 stacked buffers) and
 //    then combined as (dq_part + dk_part) + dv_part.

@@ -3,9 +3,9 @@
 // causal part of each product (at 8-row granularity) is computed.
 //
 // Determinism contract: these kernels evaluate the same IEEE operations, in the same order, as
-// the canonical GEMM (runtime/gemm.hpp) of DESIGN.md section 2 on the causal blocks that
-// model/gpt.cpp's CausalGemms would pass to it, so the caller gets the bits of the full-size
-// GEMMs of the definition (gpt.hpp):
+// the canonical GEMM (runtime/gemm.hpp) of docs/design.md section 2 on the causal blocks that
+// model/gpt_causal_gemms.hpp's CausalGemms would pass to it, so the caller gets the bits of
+// the full-size GEMMs of the definition (gpt.hpp):
 //  * causal_scores: S[i, j] = sum_c A[i, c] X[j, c] for every j <= i (entries j > i that are
 //    written hold values nobody reads; softmax overwrites them). One FMA chain over c from
 //    -0.0, the first step a product: the canonical leaf when hd <= B, and the `chain` GEMM's

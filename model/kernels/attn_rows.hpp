@@ -1,6 +1,6 @@
 // Row kernels of causal attention (per sequence and head, row-major [C, C] score matrices).
-// Determinism contract (DESIGN.md section 2): each row is computed by a fixed sequence of IEEE
-// basic operations, identical on every ISA path (scalar, AVX2, AVX-512; the result never
+// Determinism contract (docs/design.md section 2): each row is computed by a fixed sequence of
+// IEEE basic operations, identical on every ISA path (scalar, AVX2, AVX-512; the result never
 // depends on ctx.isa, on the row range a call covers or on threads, which split calls):
 //
 // softmax_causal_rows, for each row i in [r0, r1) (n = i + 1 keys j <= i):
@@ -28,8 +28,9 @@ void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::in
 void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
                            std::int64_t r0, std::int64_t r1, float scale);
 
-// The scans of the exact modes' causal products (model/gpt.cpp, CausalGemms): bit tests only,
-// no arithmetic, so every ISA path gives the same answer. Rows of n floats, `ld` apart.
+// The scans of the exact modes' causal products (CausalGemms, model/gpt_causal_gemms.cpp):
+// bit tests only, no arithmetic, so every ISA path gives the same answer. Rows of n floats,
+// `ld` apart.
 // true when every X[r, c] (r < rows, c < n) is finite (no Inf, no NaN).
 bool rows_all_finite(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t n,
                      std::int64_t ld);
