@@ -88,8 +88,8 @@ Run run_model(const std::string& perturb, bool observe = true) {
 TEST_CASE("op trace: file format, occurrences, byte hashes, step range") {
   const std::string dir = temp_dir("format");
   OpTrace t(OpTraceConfig::from(dir, 3, StepRange::parse("2-3"), ""));
-  CHECK(t.config().first_step == 2);
-  CHECK(t.config().last_step == 3);
+  CHECK(t.config().steps.first == 2);
+  CHECK(t.config().steps.last == 3);
   const std::vector<float> x{1.0f, -0.0f, 2.5f}, y{4.0f};
   const std::span<const float> in[] = {x, y};
   t.begin_step(1);
