@@ -351,7 +351,15 @@ TEST_CASE("canonical keeps signed zeros: all -0 products give -0, mixed give +0"
 }
 
 TEST_CASE("eigen and openblas GEMMs agree with a float64 reference within tolerance") {
+  // The eigen path is built for AVX-512 only: elsewhere it must refuse with a clear error.
+  const bool eigen = isa_supported(Isa::avx512);
+  if (!eigen) {
+    const Problem p = make_problem(Trans::N, Trans::N, 4, 4, 4, 3, 11, Fill::normal);
+    REQUIRE_THROWS_WITH(run(KernelCtx{Isa::scalar, 1, 64}, GemmImpl::eigen, p),
+                        Catch::Contains("AVX-512 only"));
+  }
   for (GemmImpl impl : {GemmImpl::eigen, GemmImpl::openblas}) {
+    if (impl == GemmImpl::eigen && !eigen) continue;
     for (Trans ta : kTrans) {
       for (Trans tb : kTrans) {
         for (int threads : {1, 2}) {
