@@ -86,7 +86,7 @@ int run_case(const ModelConfig& cfg, const std::string& tag) {
   write_raw(dir / "tokens.i32", tokens.data(), tokens.size() * 4);
   write_raw(dir / "labels.i32", labels.data(), labels.size() * 4);
   const fs::path script =
-      fs::path(__FILE__).parent_path().parent_path() / "reference" / "gpt_reference.py";
+      fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "reference" / "gpt_reference.py";
   const std::string cmd = "/usr/bin/python3 " + script.string() + " " + dir.string();
   const int rc = std::system(cmd.c_str());
   fs::remove_all(dir);
