@@ -44,6 +44,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
+sys.path.insert(0, str(REPO / "launch"))
+import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the flags)
 
 MODEL = dict(vocab=256, context=256, layers=4, d_model=256, heads=8, ffn=1024)
 GLOBAL_BATCH = 16
@@ -69,7 +71,8 @@ def parse_args():
                         "(0: the whole per-rank batch, 16 at np 1 and 8 at np 2)")
     p.add_argument("--bind", choices=["none", "core"], default="none",
                    help="np 2 x 1 thread mpirun binding, used for lockstep and torch alike: "
-                        "none (--bind-to none) or core (--bind-to core --map-by slot:PE=1)")
+                        f"none ({' '.join(mpirun_flags.UNBOUND)}) or core "
+                        "(--bind-to core --map-by slot:PE=1)")
     p.add_argument("--modes", default="invariant,deterministic,fast")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     p.add_argument("--tax-steps", type=int, default=20,
@@ -87,11 +90,11 @@ def parse_args():
 
 
 def mpirun_prefix(np_, threads, bind):
-    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(np_)]
+    cmd = ["mpirun"] + mpirun_flags.ROOT + mpirun_flags.OVERSUBSCRIBE + ["-np", str(np_)]
     if np_ > 1 and bind == "core":
         cmd += ["--bind-to", "core", "--map-by", f"slot:PE={threads}"]
     else:
-        cmd += ["--bind-to", "none"]
+        cmd += mpirun_flags.UNBOUND
     for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
         cmd += ["-x", f"{var}={threads}"]
     if openblas_coretype():

@@ -37,9 +37,10 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "--mca", "btl",
-             "self,vader,tcp", "--mca", "btl_tcp_if_include", "lo", "--mca",
-             "oob_tcp_if_include", "lo"]
+sys.path.insert(0, str(REPO / "launch"))
+import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the flags)
+MPI_FLAGS = (mpirun_flags.ROOT + mpirun_flags.OVERSUBSCRIBE + mpirun_flags.UNBOUND
+             + mpirun_flags.LOOPBACK)
 LAYOUTS = {"np2x1": (2, 1), "np1x2": (1, 2)}  # name: (ranks, threads per rank)
 
 
@@ -51,7 +52,7 @@ def run_once(binary, np_, threads, sets, steps, out):
     for s in sets:
         cmd += ["--set", s]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1",
-               OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+               **mpirun_flags.ROOT_ENV)
     res = subprocess.run(cmd, capture_output=True, env=env, text=True)
     if res.returncode != 0:
         sys.exit(f"bench_verify: {' '.join(cmd)} failed ({res.returncode}):\n"

@@ -5,8 +5,10 @@ config with the median steady ms/step and cpu_ms/step over all rounds (first --w
 of a run skipped). For checking that a change to the step is faster (the training benchmark
 against PyTorch is bench_train.py).
 usage: bench/perf_ab.py --old OLD_BINARY --new build/bin/lockstep [--reps 4] [--layouts np1x2,np2x1]"""
-import argparse, json, os, statistics, subprocess, tempfile
+import argparse, json, os, statistics, subprocess, sys, tempfile
 from pathlib import Path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "launch"))
+import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the flags)
 p = argparse.ArgumentParser()
 p.add_argument("--old", required=True); p.add_argument("--new", required=True)
 p.add_argument("--config", default=str(Path(__file__).resolve().parent.parent / "launch" / "configs" / "bench-small.toml"))
@@ -14,8 +16,7 @@ p.add_argument("--steps", type=int, default=5); p.add_argument("--warmup", type=
 p.add_argument("--reps", type=int, default=3)
 p.add_argument("--layouts", default="np1x2,np2x1"); p.add_argument("--modes", default="invariant,fast")
 a = p.parse_args()
-env = dict(os.environ, OPENBLAS_CORETYPE="SkylakeX", OMPI_ALLOW_RUN_AS_ROOT="1",
-           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+env = dict(os.environ, OPENBLAS_CORETYPE="SkylakeX", **mpirun_flags.ROOT_ENV)
 cfgs = [(b, l, m) for b in ("old", "new") for l in a.layouts.split(",") for m in a.modes.split(",")]
 res = {c: {"ms": [], "cpu_ms": []} for c in cfgs}
 tmp = tempfile.mkdtemp(prefix="perf-ab-")
@@ -25,9 +26,9 @@ for r in range(a.reps):
         binp = a.old if b == "old" else a.new
         out = Path(tmp) / f"{b}-{l}-{m}-{r}"
         npr, th = {"np1x2": (1, 2), "np2x1": (2, 1), "np1x1": (1, 1)}[l]
-        cmd = [] if npr == 1 else ["mpirun", "--allow-run-as-root", "--oversubscribe", "--bind-to",
-                                    "none", "-np", "2", "-x", "OMP_NUM_THREADS=1", "-x",
-                                    "OPENBLAS_CORETYPE"]
+        cmd = [] if npr == 1 else (["mpirun"] + mpirun_flags.ROOT + mpirun_flags.OVERSUBSCRIBE
+                                   + mpirun_flags.UNBOUND + ["-np", "2", "-x", "OMP_NUM_THREADS=1",
+                                                             "-x", "OPENBLAS_CORETYPE"])
         cmd += [binp, "train", a.config, "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
                 "--set", f"run.threads={th}", "--set", f"run.determinism={m}",
                 "--set", f"parallel.microbatch={16 // npr}"]

@@ -11,7 +11,9 @@
 // directly, without mpirun.
 // Determinism contract: none here; the layout it launches gets exactly the guarantees the
 // validator states (printed here and by rank 0 of the job). Binding and thread counts never
-// change bits in invariant mode (kernels split output tiles only).
+// change bits in invariant mode (kernels split output tiles only). The flags' spelling comes
+// from launch/mpirun.flags (compiled in: lockstep/mpirun_flags.hpp); when to pass each one
+// is decided here.
 #include <unistd.h>
 
 #include <algorithm>
@@ -20,6 +22,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -31,6 +34,7 @@
 #include "launch/experiments/subprocess.hpp"
 #include "launch/train/validate.hpp"
 #include "lockstep/build_info.hpp"
+#include "lockstep/mpirun_flags.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/isa.hpp"
@@ -177,10 +181,13 @@ int run(RunOptions o) {
         {{"NCCL_ALGO", "Ring"}, {"NCCL_PROTO", "Simple"}, {"CUBLAS_WORKSPACE_CONFIG", ":4096:8"}});
 
   std::vector<std::string> argv;
+  const auto append = [&argv](const auto& words) {
+    argv.insert(argv.end(), std::begin(words), std::end(words));
+  };
   if (o.np > 1 || multi) {
     argv = {"mpirun", "-np", std::to_string(o.np)};
-    if (geteuid() == 0) argv.push_back("--allow-run-as-root");
-    if (oversubscribe) argv.push_back("--oversubscribe");
+    if (geteuid() == 0) append(mpirun_flags::kRoot);
+    if (oversubscribe) append(mpirun_flags::kOversubscribe);
     if (!o.hostfile.empty()) argv.insert(argv.end(), {"--hostfile", o.hostfile});
     if (!o.hosts.empty()) {
       std::string h;
@@ -193,7 +200,7 @@ int run(RunOptions o) {
     else if (bind == "socket")
       argv.insert(argv.end(), {"--bind-to", "socket", "--map-by", "socket"});
     else
-      argv.insert(argv.end(), {"--bind-to", "none"});
+      append(mpirun_flags::kUnbound);
     for (const auto& [k, v] : envs) argv.insert(argv.end(), {"-x", k + "=" + v});
     for (const auto& a : o.mpi_args) {
       std::istringstream ss(a);  // "--mca btl tcp,self" may come as one argument

@@ -111,7 +111,8 @@ export NETNS_HOSTFILE="$WORK/hostfile"
 export NETNS_HOSTS="${HOSTS[*]}"
 export NETNS_COUNTERS="$WORK/counters.sh"
 export NETNS_MPI_ARGS="--mca plm_rsh_agent $WORK/agent.sh --mca btl tcp,self --mca btl_tcp_if_include 10.231.0.0/24 --mca oob_tcp_if_include 10.231.0.0/24"
-if [[ "$(id -u)" == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+source "$HERE/../mpirun.flags"  # MPIRUN_ROOT_ENV: the root environment's one spelling
+if [[ "$(id -u)" == 0 ]]; then export "${MPIRUN_ROOT_ENV[@]}"; fi
 echo "netns_cluster: $N hosts (${HOSTS[*]}) on 10.231.0.0/24, bridge in namespace $BR; running as ${HOSTS[0]}"
 rc=0
 timeout "$TIMEOUT" ip netns exec "${HOSTS[0]}" unshare --uts \

@@ -13,7 +13,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TINY="$ROOT/launch/configs/tiny.toml"
 SMALL="$ROOT/launch/configs/bench-small.toml"
 rm -rf "$OUT" && mkdir -p "$OUT"
-if [[ "$(id -u)" == 0 ]]; then export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1; fi
+source "$ROOT/launch/mpirun.flags"  # MPIRUN_ROOT_ENV: the root environment's one spelling
+if [[ "$(id -u)" == 0 ]]; then export "${MPIRUN_ROOT_ENV[@]}"; fi
 
 job() {  # job NAME NP CONFIG [--tp T] [--set k=v ...]
   local name="$1" np="$2" cfg="$3"; shift 3

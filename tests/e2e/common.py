@@ -5,9 +5,12 @@ import os
 import subprocess
 import sys
 
-MPI_FLAGS = ["--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-             "--mca", "btl", "self,vader,tcp", "--mca", "btl_tcp_if_include", "lo",
-             "--mca", "oob_tcp_if_include", "lo"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
+import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the flags)
+
+# As root, past the core count, unbound, loopback only (tests/CMakeLists.txt passes the same).
+MPI_FLAGS = (mpirun_flags.ROOT + mpirun_flags.OVERSUBSCRIBE + mpirun_flags.UNBOUND
+             + mpirun_flags.LOOPBACK)
 
 
 def run_train(binary, mpirun, np, out, config, sets, timeout=600):

@@ -4,10 +4,11 @@ import os
 import subprocess
 import sys
 
+from common import mpirun_flags
+
 
 def env_for_tests(extra=None):
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    env = dict(os.environ, **mpirun_flags.ROOT_ENV, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
     for k in [k for k in env if k.startswith("SLURM_")]:
         del env[k]
     env.update(extra or {})
@@ -34,5 +35,4 @@ def expect(cond, what, output=""):
 
 
 # The mpirun flags of the other e2e tests (loopback only), as lockstep run --mpi-arg values.
-MPI_ARGS = ["--mpi-arg=--mca btl self,vader,tcp --mca btl_tcp_if_include lo "
-            "--mca oob_tcp_if_include lo"]
+MPI_ARGS = ["--mpi-arg=" + " ".join(mpirun_flags.LOOPBACK)]

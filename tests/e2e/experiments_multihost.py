@@ -9,6 +9,8 @@ import shutil
 import subprocess
 import sys
 
+from common import mpirun_flags
+
 binary, mpirun, src, work = sys.argv[1:5]
 tiny = os.path.join(src, "launch", "configs", "tiny.toml")
 cluster = os.path.join(src, "launch", "multihost", "netns_cluster.sh")
@@ -24,7 +26,7 @@ $NETNS_COUNTERS > {work}/counters.after
 {binary} layout-check --layouts 1x1,1x2,2x1,2x2 --steps 3 --out {work}/layouts \
   --hostfile "$NETNS_HOSTFILE" --mpi-arg="$NETNS_MPI_ARGS" {tiny} --set run.threads=1
 """
-env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+env = dict(os.environ, **mpirun_flags.ROOT_ENV)
 res = subprocess.run([cluster, "--hosts", "2", "--timeout", "240", "--", "bash", "-c", script],
                      capture_output=True, text=True, env=env, timeout=300)
 sys.stdout.write(res.stdout + res.stderr)

@@ -7,12 +7,16 @@ import shutil
 import stat
 import sys
 
+from common import mpirun_flags
 from experiments_common import MPI_ARGS, env_for_tests, expect, lockstep
 
 binary, mpirun, src, work = sys.argv[1:5]
 tiny = os.path.join(src, "launch", "configs", "tiny.toml")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
+# What lockstep run prints for oversubscription and no binding (launch/mpirun.flags).
+OVERSUB = " ".join(mpirun_flags.OVERSUBSCRIBE)
+UNBOUND = " ".join(mpirun_flags.UNBOUND)
 
 # A fake mpirun that leaves a marker: nothing may start it on a bad layout.
 fake_bin = os.path.join(work, "fakebin")
@@ -45,7 +49,7 @@ res = lockstep(binary, ["run", "--dry-run", tiny], env=slurm)
 out = res.stdout
 expect("inside SLURM job 4242" in out and "node[01-02]" in out, "SLURM allocation recognised", out)
 expect("mpirun -np 4 " in out and "--hostfile" not in out, "np 4 from SLURM_NTASKS, no hostfile", out)
-expect("--oversubscribe" not in out, "no --oversubscribe inside the allocation", out)
+expect(OVERSUB not in out, f"no {OVERSUB} inside the allocation", out)
 expect("run.threads=2" in out, "threads = cores per node / ranks per node (4/2)", out)
 res = lockstep(binary, ["run", "--dry-run", "--np", "8", tiny], expect_rc=None, env=slurm)
 expect(res.returncode != 0 and "allocation has 4 tasks" in res.stderr,
@@ -56,8 +60,8 @@ expect(not os.path.exists(marker), "dry runs started no mpirun")
 cores = os.cpu_count() or 1
 res = lockstep(binary, ["run", "--dry-run", "--np", str(2 * cores), "--threads", "1", tiny,
                         "--set", f"data.global_batch={8 * cores}"], env=fake_env)
-expect("--oversubscribe" in res.stdout and "--bind-to none" in res.stdout,
-       f"{2 * cores} ranks on {cores} cores: --oversubscribe, no binding", res.stdout)
+expect(OVERSUB in res.stdout and UNBOUND in res.stdout,
+       f"{2 * cores} ranks on {cores} cores: {OVERSUB}, no binding", res.stdout)
 res = lockstep(binary, ["run", "--dry-run", "--np", "1", "--threads", "1", tiny], env=fake_env)
 expect("mpirun" not in res.stdout and "OMP_NUM_THREADS=1" in res.stdout,
        "np 1 runs train directly, with its thread environment", res.stdout)
@@ -65,10 +69,10 @@ hostfile = os.path.join(work, "hosts")
 with open(hostfile, "w") as f:
     f.write("nodeA slots=2\nnodeB slots=2\n")
 res = lockstep(binary, ["run", "--dry-run", "--np", "4", "--hostfile", hostfile, tiny], env=fake_env)
-expect(f"--hostfile {hostfile}" in res.stdout and "--oversubscribe" not in res.stdout,
-       "hostfile with 4 slots: 4 ranks need no --oversubscribe", res.stdout)
+expect(f"--hostfile {hostfile}" in res.stdout and OVERSUB not in res.stdout,
+       f"hostfile with 4 slots: 4 ranks need no {OVERSUB}", res.stdout)
 res = lockstep(binary, ["run", "--dry-run", "--np", "4", "--host", "a:1,b:1", tiny], env=fake_env)
-expect("--host a:1,b:1" in res.stdout and "--oversubscribe" in res.stdout,
+expect("--host a:1,b:1" in res.stdout and OVERSUB in res.stdout,
        "--host with 2 slots: 4 ranks oversubscribe", res.stdout)
 
 # A real job through the launcher.

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 
-from common import run_train
+from common import mpirun_flags, run_train
 
 binary, mpirun, src, work = sys.argv[1:5]
 part = sys.argv[5] if len(sys.argv) > 5 else "all"
@@ -82,7 +82,7 @@ if part in ("all", "data"):
     report(len(open(os.path.join(out, "trace.jsonl")).readlines()) == 3, "DP=2 trains on the preprocessed dataset")
     res = run([binary, "run", "--np", "2", "--tp", "2", tiny, "--set", "run.steps=2",
                "--set", "run.out=" + os.path.join(work, "viarun")],
-              {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"})
+              mpirun_flags.ROOT_ENV)
     report(res.returncode == 0 and "lockstep run: mpirun" in res.stdout and "step 2/2" in res.stdout,
            "lockstep run --np 2 --tp 2 prints the mpirun command and trains")
     if res.returncode != 0:

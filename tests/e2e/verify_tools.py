@@ -21,15 +21,13 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import run_train  # noqa: E402
+from common import mpirun_flags, run_train  # noqa: E402
 
 BIN, MPIRUN, SRC, WORK = sys.argv[1:5]
 CONFIG = os.path.join(SRC, "launch", "configs", "tiny.toml")
 COMMON = ["run.steps=4", "ckpt.interval=2", "run.threads=1"]
-ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1",
-           OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-           OMPI_MCA_btl="self,vader,tcp", OMPI_MCA_btl_tcp_if_include="lo",
-           OMPI_MCA_oob_tcp_if_include="lo")
+ENV = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", **mpirun_flags.ROOT_ENV,
+           **mpirun_flags.mca_env(mpirun_flags.LOOPBACK))
 
 
 def verify(*args, expect):

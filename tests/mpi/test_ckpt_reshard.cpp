@@ -23,9 +23,11 @@
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "tests/support/synthetic_state.hpp"
+#include "tests/support/test_data.hpp"
 #include "verify/fingerprint.hpp"
 
 using namespace lockstep;
+using lockstep::testing::bits;
 namespace fs = std::filesystem;
 
 namespace {
@@ -61,12 +63,6 @@ float value(const std::string& name, std::int64_t i, std::uint64_t salt) {
   b = (b & 0x807fffffu) | ((100u + static_cast<std::uint32_t>((x >> 32) % 50)) << 23);  // finite
   std::memcpy(&f, &b, 4);
   return f;
-}
-
-std::uint32_t bits(float f) {
-  std::uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return b;
 }
 
 // This rank's pieces of every spec under layout L (storage in `store`).

@@ -14,8 +14,10 @@
 #include "runtime/comm.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::same_bits;
 
 namespace {
 
@@ -41,10 +43,6 @@ std::vector<float> make(std::uint64_t seed, std::size_t n, std::size_t offset = 
   std::vector<float> v(n);
   for (std::size_t i = 0; i < n; ++i) v[i] = value(seed, offset + i);
   return v;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Expected result of a tree allreduce where rank j contributes make(seed + j, n).

@@ -1,5 +1,5 @@
-// GPT tensor parallelism is bitwise invisible (DESIGN.md section 2, G3): at TP = 1, 2, 4 (every
-// TP dividing the world size; the rest of the world is DP replicas running the same batch)
+// GPT tensor parallelism is bitwise invisible (docs/design.md section 2, G3): at TP = 1, 2, 4
+// (every TP dividing the world size; the rest of the world is DP replicas running the same batch)
 // the loss and every parameter's local gradient terms equal, bit for bit, the matching slice
 // of a single-process (grid-less, TP=1) run of the same model computed on every rank. Also
 // the initialized parameters (layout-invariant Philox init). Config: vocab 256, context 64,
@@ -14,9 +14,15 @@
 
 #include "model/gpt.hpp"
 #include "runtime/grid.hpp"
+#include "tests/support/test_batch.hpp"
+#include "tests/support/test_data.hpp"
 #include "tests/support/test_model_config.hpp"
 
 using namespace lockstep;
+using lockstep::testing::Batch;
+using lockstep::testing::make_batch;
+using lockstep::testing::same_bits;
+using lockstep::testing::tiny_model_config;
 
 namespace {
 
@@ -36,30 +42,8 @@ std::vector<float> slice_of(const Tensor& full, const ShardDesc& sd) {
   return out;
 }
 
-bool same_bits(const float* a, const float* b, std::size_t n) {
-  return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
-}
-
-ModelConfig tiny(bool bias) {
-  return lockstep::testing::tiny_model_config(0.1f, bias);
-}
-
-struct Batch {
-  std::vector<std::int32_t> tokens, labels;
-  std::vector<std::int64_t> seq_ids;
-};
-
-Batch make_batch(const ModelConfig& c, std::int64_t mb) {
-  Batch b;
-  std::uint64_t s = 99;
-  for (std::int64_t t = 0; t < mb * c.context; ++t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    b.tokens.push_back(static_cast<std::int32_t>((s >> 33) % c.vocab));
-    b.labels.push_back(static_cast<std::int32_t>((s >> 17) % c.vocab));
-  }
-  for (std::int64_t i = 0; i < mb; ++i) b.seq_ids.push_back(10 + i);
-  return b;
-}
+// This file's batches: seed 99, sequence ids from 10.
+constexpr lockstep::testing::BatchSpec kBatch{.seed = 99, .first_seq_id = 10};
 
 }  // namespace
 
@@ -67,9 +51,9 @@ TEST_CASE("GPT loss and gradients are bitwise identical at TP = 1, 2, 4") {
   const Communicator world = Communicator::world();
   const int np = world.size();
   for (bool bias : {true, false}) {
-    const ModelConfig cfg = tiny(bias);
+    const ModelConfig cfg = tiny_model_config(0.1f, bias);
     const std::int64_t mb = 2;
-    const Batch batch = make_batch(cfg, mb);
+    const Batch batch = make_batch(cfg, mb, kBatch);
     const float scale = 1.0f / static_cast<float>(mb * cfg.context);
     for (int threads : {1, 2}) {
       // 2 threads per rank only where the ranks do not oversubscribe this 2-core machine
@@ -118,9 +102,9 @@ TEST_CASE("GPT loss and gradients are bitwise identical at TP = 1, 2, 4") {
 
 TEST_CASE("GPT deterministic and fast modes run at every TP and repeat bitwise (G1)") {
   const Communicator world = Communicator::world();
-  const ModelConfig cfg = tiny(false);
+  const ModelConfig cfg = tiny_model_config(0.1f, false);
   const std::int64_t mb = 1;
-  const Batch batch = make_batch(cfg, mb);
+  const Batch batch = make_batch(cfg, mb, kBatch);
   for (Determinism mode : {Determinism::deterministic, Determinism::fast}) {
     for (int tp : {1, 2, 4}) {
       if (world.size() % tp != 0) continue;

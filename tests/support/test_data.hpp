@@ -42,6 +42,11 @@ inline bool same_bits(const float* a, const float* b, std::size_t n) {
   return n == 0 || std::memcmp(a, b, n * sizeof(float)) == 0;
 }
 
+// Same length and the same bits (so +0.0 != -0.0 and a NaN equals the same NaN).
+inline bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && same_bits(a.data(), b.data(), a.size());
+}
+
 inline std::uint32_t bits(float x) {
   std::uint32_t u;
   std::memcpy(&u, &x, 4);

@@ -12,13 +12,14 @@
 #include <limits>
 #include <vector>
 
-#include "../support/test_data.hpp"
 #include "model/kernels/attn_rows.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/transcendental.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
 using lockstep::testing::mixed_floats;
+using lockstep::testing::same_bits;
 
 namespace {
 
@@ -58,10 +59,6 @@ void softmax_backward_literal(const std::vector<float>& P, std::vector<float>& G
     for (std::int64_t j = 0; j < n; ++j) g[j] = (p[j] * (g[j] - dot)) * scale;
     for (std::int64_t j = n; j < C; ++j) g[j] = 0.0f;
   }
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace

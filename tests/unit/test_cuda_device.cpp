@@ -29,12 +29,9 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::same_bits;
 
 namespace {
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
 
 template <class T>
 cuda::DeviceBuffer<T> to_device(const std::vector<T>& h, const cuda::Stream& s, const char* name) {

@@ -15,6 +15,7 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::same_bits;
 
 namespace {
 
@@ -30,10 +31,6 @@ template <int TM, int TN>
 void emulate(const hd::GemmView& g) {
   for (std::int64_t i0 = 0; i0 < g.M; i0 += TM)
     for (std::int64_t j0 = 0; j0 < g.N; j0 += TN) hd::canonical_gemm_tile<TM, TN>(g, i0, j0);
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 }  // namespace

@@ -16,12 +16,7 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
-
-namespace {
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
-}
-}  // namespace
+using lockstep::testing::same_bits;
 
 TEST_CASE("CUDA LayerNorm row body == layernorm_forward bit for bit", "[cuda][ops]") {
   for (std::int64_t n : {1, 7, 64, 65, 200, 768}) {

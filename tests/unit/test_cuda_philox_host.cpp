@@ -15,14 +15,7 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
-
-namespace {
-std::uint32_t bits(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-}  // namespace
+using lockstep::testing::bits;
 
 TEST_CASE("device Philox core: Random123 known answers", "[cuda][philox]") {
   struct Kat {

@@ -1,4 +1,4 @@
-// Tests of the layout-invariant fingerprint (verify/fingerprint.hpp, DESIGN.md section 5):
+// Tests of the layout-invariant fingerprint (verify/fingerprint.hpp, docs/design.md section 5):
 // shards of every split add up to the whole, any change of bits, position or name changes
 // it; torch_xor_hash against hand values; both recomputed independently by
 // tests/reference/fingerprint_ref.py (Python standard library only).
@@ -62,11 +62,9 @@ std::vector<float> ref_data(std::size_t n, std::uint64_t seed) {
   return out;
 }
 
-std::string source_root() {
-  const std::string f = __FILE__;
-  const auto pos = f.rfind("/tests/unit/");
-  return pos == std::string::npos ? std::string{} : f.substr(0, pos);
-}
+// The source tree (tests/CMakeLists.txt defines it; __FILE__ can be relative, e.g. under
+// ccache's base_dir).
+std::string source_root() { return LOCKSTEP_SOURCE_DIR; }
 
 }  // namespace
 

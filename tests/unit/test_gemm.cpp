@@ -17,27 +17,19 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/tensor.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::bits;
+using lockstep::testing::same_bits;
+using lockstep::testing::splitmix64;
 
 namespace {
-
-std::uint64_t splitmix64(std::uint64_t& s) {
-  std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 float from_bits(std::uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-std::uint32_t bits_of(float f) {
-  std::uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
 }
 
 // x86's default NaN: the only NaN the inputs use, so NaN results have one bit pattern no
@@ -106,7 +98,7 @@ std::vector<float> run(const KernelCtx& ctx, GemmImpl impl, const Problem& p,
        C.data(), p.ldc);
   for (std::int64_t i = 0; i < p.M; ++i)
     for (std::int64_t j = p.N; j < p.ldc; ++j)
-      if (bits_of(C[i * p.ldc + j]) != bits_of(kSentinel)) FAIL("GEMM wrote past column N");
+      if (bits(C[i * p.ldc + j]) != bits(kSentinel)) FAIL("GEMM wrote past column N");
   return C;
 }
 
@@ -119,14 +111,9 @@ std::vector<float> compact(const std::vector<float>& C, std::int64_t M, std::int
   return out;
 }
 
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() &&
-         (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
-}
-
 std::string first_diff(const std::vector<float>& a, const std::vector<float>& b) {
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    if (bits_of(a[i]) != bits_of(b[i]))
+    if (bits(a[i]) != bits(b[i]))
       return "index " + std::to_string(i) + ": " + std::to_string(a[i]) + " vs " +
              std::to_string(b[i]);
   return a.size() == b.size() ? "none" : "sizes differ";
@@ -331,7 +318,7 @@ TEST_CASE("K == 0 gives IEEE's additive identity -0.0") {
       std::vector<float> C(6, 1.0f);
       gemm(KernelCtx{isa, 2, 64}, impl, Trans::N, Trans::N, 2, 3, 0, nullptr, 1, nullptr, 3,
            C.data(), 3);
-      for (float c : C) REQUIRE(bits_of(c) == bits_of(-0.0f));
+      for (float c : C) REQUIRE(bits(c) == bits(-0.0f));
     }
   }
 }
@@ -342,11 +329,11 @@ TEST_CASE("canonical keeps signed zeros: all -0 products give -0, mixed give +0"
     std::vector<float> A(K, -0.0f), Bm(K, 1.0f), C(1);
     gemm(KernelCtx{isa, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 1, 1, K, A.data(), K,
          Bm.data(), 1, C.data(), 1);
-    REQUIRE(bits_of(C[0]) == bits_of(-0.0f));
+    REQUIRE(bits(C[0]) == bits(-0.0f));
     A[150] = 0.0f;
     gemm(KernelCtx{isa, 1, 64}, GemmImpl::canonical, Trans::N, Trans::N, 1, 1, K, A.data(), K,
          Bm.data(), 1, C.data(), 1);
-    REQUIRE(bits_of(C[0]) == bits_of(0.0f));
+    REQUIRE(bits(C[0]) == bits(0.0f));
   }
 }
 

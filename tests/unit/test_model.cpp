@@ -12,39 +12,25 @@
 #include <string>
 #include <vector>
 
-#include "../support/test_data.hpp"
 #include "model/gpt.hpp"
 #include "model/ops.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
+#include "tests/support/test_batch.hpp"
+#include "tests/support/test_data.hpp"
 #include "tests/support/test_model_config.hpp"
 
 using namespace lockstep;
+using lockstep::testing::Batch;
+using lockstep::testing::make_batch;
 using lockstep::testing::mixed_floats;
 using lockstep::testing::same_bits;
+using lockstep::testing::tiny_model_config;
 
 namespace {
 
-ModelConfig tiny(float dropout = 0.1f, bool bias = true) {
-  return lockstep::testing::tiny_model_config(dropout, bias);
-}
-
-struct Batch {
-  std::vector<std::int32_t> tokens, labels;
-  std::vector<std::int64_t> seq_ids;
-};
-
-Batch make_batch(const ModelConfig& c, std::int64_t n, std::uint64_t seed = 7) {
-  Batch b;
-  std::uint64_t s = seed;
-  for (std::int64_t t = 0; t < n * c.context; ++t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    b.tokens.push_back(static_cast<std::int32_t>((s >> 33) % c.vocab));
-    b.labels.push_back(static_cast<std::int32_t>((s >> 17) % c.vocab));
-  }
-  for (std::int64_t i = 0; i < n; ++i) b.seq_ids.push_back(100 + i);
-  return b;
-}
+// This file's batches: seed 7, sequence ids from 100.
+constexpr lockstep::testing::BatchSpec kBatch{.seed = 7, .first_seq_id = 100};
 
 bool grads_equal(const Gpt& a, const Gpt& b) {
   for (std::size_t i = 0; i < a.grads().size(); ++i)
@@ -56,7 +42,7 @@ bool grads_equal(const Gpt& a, const Gpt& b) {
 }  // namespace
 
 TEST_CASE("parameter table: names, shapes, partitions, terms, order") {
-  const ModelConfig c = tiny(0.0f, false);
+  const ModelConfig c = tiny_model_config(0.0f, false);
   const ParamTable t = ParamTable::build(c);
   REQUIRE(t.size() == 2 + 10 * 2 + 2);
   CHECK(t[0].name == "embed.weight");
@@ -76,7 +62,7 @@ TEST_CASE("parameter table: names, shapes, partitions, terms, order") {
   CHECK(t[t.index_of("layers.0.ln1.weight")].init == InitKind::ones);
   CHECK(t[t.size() - 1].name == "final_ln.bias");
   CHECK_THROWS(t.index_of("layers.0.attn.q.bias"));
-  const ParamTable tb = ParamTable::build(tiny(0.0f, true));
+  const ParamTable tb = ParamTable::build(tiny_model_config(0.0f, true));
   CHECK(tb[tb.index_of("layers.0.attn.q.bias")].partition_dim == 0);
   CHECK(tb[tb.index_of("layers.0.attn.proj.bias")].partition_dim == -1);
   CHECK(tb[tb.index_of("layers.0.mlp.fc1.bias")].partition_dim == 0);
@@ -112,9 +98,9 @@ TEST_CASE("token_row_grad equals the literal masked dense csum over tokens") {
 
 TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by BinaryCounter (bitwise)") {
   for (float dropout : {0.0f, 0.1f}) {
-    const ModelConfig cfg = tiny(dropout, true);
+    const ModelConfig cfg = tiny_model_config(dropout, true);
     const KernelCtx ctx = KernelCtx::best(1, 16);
-    const Batch b = make_batch(cfg, 4);
+    const Batch b = make_batch(cfg, 4, kBatch);
     const float scale = 1.0f / static_cast<float>(4 * cfg.context);
     Gpt whole(cfg, nullptr, Determinism::invariant, ctx);
     whole.init(3);
@@ -158,8 +144,8 @@ TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by BinaryCounter
 }
 
 TEST_CASE("GPT: threads and ISA paths do not change bits; forward_loss == forward_backward") {
-  const ModelConfig cfg = tiny(0.1f, true);
-  const Batch b = make_batch(cfg, 2);
+  const ModelConfig cfg = tiny_model_config(0.1f, true);
+  const Batch b = make_batch(cfg, 2, kBatch);
   const float scale = 1.0f / static_cast<float>(2 * cfg.context);
   Gpt ref(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
   ref.init(9);
@@ -184,8 +170,8 @@ TEST_CASE("GPT: threads and ISA paths do not change bits; forward_loss == forwar
 }
 
 TEST_CASE("GPT: gradients are overwritten per call, and another step changes dropout") {
-  const ModelConfig cfg = tiny(0.1f, false);
-  const Batch b = make_batch(cfg, 1);
+  const ModelConfig cfg = tiny_model_config(0.1f, false);
+  const Batch b = make_batch(cfg, 1, kBatch);
   Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
   m.init(1);
   const float a =
@@ -215,8 +201,8 @@ TEST_CASE("GPT: fused attention kernels and recomputed probabilities == the GEMM
         for (bool zero_heads : {false, true}) {
           INFO("dropout " << dropout << " mode " << static_cast<int>(mode) << " B " << B
                           << " zero heads " << zero_heads);
-          const ModelConfig cfg = tiny(dropout, true);
-          const Batch b = make_batch(cfg, 2);
+          const ModelConfig cfg = tiny_model_config(dropout, true);
+          const Batch b = make_batch(cfg, 2, kBatch);
           const float scale = 1.0f / static_cast<float>(2 * cfg.context);
           auto build = [&](Isa isa, int threads) {
             auto m = std::make_unique<Gpt>(cfg, nullptr, mode, KernelCtx{isa, threads, B});

@@ -21,8 +21,10 @@
 #include "runtime/csum.hpp"
 #include "runtime/random.hpp"
 #include "runtime/transcendental.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::same_bits;
 
 namespace {
 
@@ -31,10 +33,6 @@ std::vector<Isa> isas() {
   if (isa_supported(Isa::avx2)) out.push_back(Isa::avx2);
   if (isa_supported(Isa::avx512)) out.push_back(Isa::avx512);
   return out;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Deterministic pseudo-random floats in [-scale, scale) (Philox, so the test is reproducible).

@@ -16,6 +16,7 @@
 
 #include "model/gpt.hpp"
 #include "runtime/random.hpp"
+#include "tests/support/test_batch.hpp"
 
 using namespace lockstep;
 namespace fs = std::filesystem;
@@ -46,15 +47,13 @@ int run_case(const ModelConfig& cfg, const std::string& tag) {
                   0.1f);
     }
   }
+  // 3 sequences: seed 42, labels from the LCG's bits 13.., sequence ids 5, 6, 7.
   const std::int64_t mb = 3, T = mb * cfg.context;
-  std::vector<std::int32_t> tokens(T), labels(T);
-  std::uint64_t s = 42;
-  for (std::int64_t t = 0; t < T; ++t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    tokens[t] = static_cast<std::int32_t>((s >> 33) % cfg.vocab);
-    labels[t] = static_cast<std::int32_t>((s >> 13) % cfg.vocab);
-  }
-  const std::vector<std::int64_t> seq_ids{5, 6, 7};
+  const lockstep::testing::Batch batch =
+      lockstep::testing::make_batch(cfg, mb, {.seed = 42, .first_seq_id = 5, .label_shift = 13});
+  const std::vector<std::int32_t>& tokens = batch.tokens;
+  const std::vector<std::int32_t>& labels = batch.labels;
+  const std::vector<std::int64_t>& seq_ids = batch.seq_ids;
   const std::int64_t step = 3;
   const float loss = model.forward_backward(tokens.data(), labels.data(), seq_ids.data(), mb, step,
                                             1.0f / static_cast<float>(T));
@@ -87,7 +86,7 @@ int run_case(const ModelConfig& cfg, const std::string& tag) {
   write_raw(dir / "tokens.i32", tokens.data(), tokens.size() * 4);
   write_raw(dir / "labels.i32", labels.data(), labels.size() * 4);
   const fs::path script =
-      fs::path(__FILE__).parent_path().parent_path() / "reference" / "gpt_reference.py";
+      fs::path(LOCKSTEP_SOURCE_DIR) / "tests" / "reference" / "gpt_reference.py";
   const std::string cmd = "/usr/bin/python3 " + script.string() + " " + dir.string();
   const int rc = std::system(cmd.c_str());
   fs::remove_all(dir);

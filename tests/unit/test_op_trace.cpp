@@ -17,6 +17,7 @@
 #include "model/gpt.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
+#include "tests/support/test_batch.hpp"
 #include "tests/support/test_model_config.hpp"
 #include "verify/op_trace.hpp"
 
@@ -39,22 +40,8 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
   return out;
 }
 
-struct Batch {
-  std::vector<std::int32_t> tokens, labels;
-  std::vector<std::int64_t> seq_ids;
-};
-
-Batch make_batch(const ModelConfig& c, std::int64_t n) {
-  Batch b;
-  std::uint64_t s = 11;
-  for (std::int64_t t = 0; t < n * c.context; ++t) {
-    s = s * 6364136223846793005ull + 1442695040888963407ull;
-    b.tokens.push_back(static_cast<std::int32_t>((s >> 33) % c.vocab));
-    b.labels.push_back(static_cast<std::int32_t>((s >> 17) % c.vocab));
-  }
-  for (std::int64_t i = 0; i < n; ++i) b.seq_ids.push_back(3 + i);
-  return b;
-}
+// This file's batches: seed 11, sequence ids from 3.
+constexpr lockstep::testing::BatchSpec kBatch{.seed = 11, .first_seq_id = 3};
 
 struct Run {
   std::vector<nlohmann::json> records;
@@ -72,7 +59,7 @@ Run run_model(const std::string& perturb, bool observe = true) {
   OpTrace trace(OpTraceConfig::from(dir, 0, StepRange::parse("1-1"), perturb));
   if (observe) model.set_observer(&trace);
   trace.begin_step(1);
-  const Batch b = make_batch(cfg, 2);
+  const lockstep::testing::Batch b = lockstep::testing::make_batch(cfg, 2, kBatch);
   Run r;
   r.loss = model.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), 2, 1,
                                   1.0f / 128.0f);

@@ -11,22 +11,11 @@
 #include "runtime/error.hpp"
 #include "runtime/philox.hpp"
 #include "runtime/random.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
-
-namespace {
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (bits(a[i]) != bits(b[i])) return false;
-  return true;
-}
-}  // namespace
+using lockstep::testing::bits;
+using lockstep::testing::same_bits;
 
 TEST_CASE("philox4x32_10 matches the Random123 known-answer vectors", "[philox]") {
   CHECK(philox4x32_10({0, 0, 0, 0}, {0, 0}) ==

@@ -18,17 +18,14 @@
 #include "runtime/philox.hpp"
 #include "runtime/random.hpp"
 #include "runtime/transcendental.hpp"
+#include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::bits;
 using LD = long double;
 
 namespace {
 
-uint32_t bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
 float from_bits(uint32_t u) {
   float f;
   std::memcpy(&f, &u, 4);
