@@ -1,7 +1,5 @@
 #include "launch/train/validate.hpp"
 
-#include <algorithm>
-#include <cstdio>
 #include <string>
 
 #include "runtime/error.hpp"
