@@ -75,10 +75,7 @@ AdamWScalars adamw_scalars(const AdamWHyper& h) {
 }
 
 namespace detail {
-void adamw_range_scalar(const AdamWScalars& s, float* p, const float* g, float* m, float* v,
-                        std::int64_t n) {
-  for (std::int64_t i = 0; i < n; ++i) adamw_element(s, p[i], g[i], m[i], v[i]);
-}
+LOCKSTEP_ADAMW_DEFINE(scalar, simd::Scalar)
 }  // namespace detail
 
 namespace {

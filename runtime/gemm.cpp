@@ -19,24 +19,6 @@ namespace lockstep {
 namespace gemm_detail {
 namespace {
 
-// Portable path (no ISA flags): a 4 x 4 tile of scalars, std::fma per element.
-struct VScalar {
-  using reg = float;
-  static constexpr int W = 1;
-  static reg neg_zero() { return -0.0f; }
-  static reg load(const float* p) { return *p; }
-  static reg loadu(const float* p) { return *p; }
-  static reg bcast(const float* p) { return *p; }
-  static reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg add(reg a, reg b) { return a + b; }
-  static void store(float* p, reg x) { *p = x; }
-  static void storeu(float* p, reg x) { *p = x; }
-  static reg load_partial(const float* p, int) { return *p; }
-  static void store_partial(float* p, reg x, int) { *p = x; }
-};
-using KScalar = Kernel<VScalar, 4, 4>;
-
 GemmTuning g_tuning;
 
 inline float a_at(const GemmArgs& g, std::int64_t i, std::int64_t k) {
@@ -77,6 +59,10 @@ void gemm_openblas(const GemmArgs& g) {
 }
 
 }  // namespace
+
+// The portable path (no ISA flags): a 4 x 4 tile of scalars, std::fma per element.
+LOCKSTEP_GEMM_DEFINE(scalar, simd::Scalar, 4, 4)
+
 }  // namespace gemm_detail
 
 const char* gemm_impl_name(GemmImpl impl) {
@@ -187,7 +173,7 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
         case Isa::avx2:
           return canon ? canonical_avx2(g, t) : chain_avx2(g, t);
         case Isa::scalar:
-          return Driver<KScalar>::run(g, t, canon);
+          return canon ? canonical_scalar(g, t) : chain_scalar(g, t);
       }
     }
   }

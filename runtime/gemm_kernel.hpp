@@ -1,9 +1,10 @@
 // Private to the GEMM: the blocked driver (packing, K panels, binary-counter tree, OpenMP over
-// C tiles) and the register-tile micro-kernel, written once over a small vector interface V
-// and instantiated per ISA path (gemm.cpp: scalar; gemm_kernel_avx2.cpp; gemm_kernel_avx512.cpp).
+// C tiles) and the register-tile micro-kernel, written once over a vector trait V of
+// runtime/simd.hpp and instantiated per ISA path by LOCKSTEP_GEMM_DEFINE (gemm.cpp: Scalar;
+// gemm_kernel_avx2.cpp: Avx2; gemm_kernel_avx512.cpp: Avx512).
 //
 // Determinism contract: every path evaluates, for each C element, exactly the canonical sum of
-// DESIGN.md section 2 (or, for `chain`, one FMA chain over all of K):
+// docs/design.md section 2 (or, for `chain`, one FMA chain over all of K):
 //  * a leaf is an FMA chain over one block of B k's, in increasing k, from -0.0, held in a
 //    register lane (vectors span M/N, never K);
 //  * leaves of a K panel (kc = B * 2^m, panel starts aligned to kc) merge by a binary counter
@@ -32,6 +33,7 @@
 #include <string>
 
 #include "runtime/gemm.hpp"
+#include "runtime/simd.hpp"
 
 namespace lockstep::gemm_detail {
 
@@ -48,7 +50,10 @@ struct GemmArgs {
   std::int64_t block;  // reduce_block
 };
 
-// Per ISA entry points (defined in the *_avx2.cpp / *_avx512.cpp files).
+// Per ISA entry points (LOCKSTEP_GEMM_DEFINE in gemm.cpp and the *_avx2.cpp / *_avx512.cpp
+// files).
+void canonical_scalar(const GemmArgs& g, const GemmTuning& t);
+void chain_scalar(const GemmArgs& g, const GemmTuning& t);
 void canonical_avx512(const GemmArgs& g, const GemmTuning& t);
 void chain_avx512(const GemmArgs& g, const GemmTuning& t);
 void canonical_avx2(const GemmArgs& g, const GemmTuning& t);
@@ -386,14 +391,15 @@ struct Driver {
       for (std::int64_t jt = 0; jt < ntl; ++jt) {
         float* bp = bpack + jt * kl * NR;
         using V = typename Kern::Vec;
-        if constexpr (requires { V::transpose16(g.B, g.ldb, bp, NR); }) {
-          // Whole 16 x 16 blocks by register transposes, the k tail below element-wise.
+        if constexpr (V::W == 16) {
+          // Whole 16 x 16 blocks by register transposes (the trait's), the k tail below
+          // element-wise.
           const std::int64_t k16 = kl / 16 * 16;
           if (NR % 16 == 0 && (jt + 1) * NR <= ncur && k16 > 0) {
             for (int c0 = 0; c0 < NR; c0 += 16)
               for (std::int64_t k0 = 0; k0 < k16; k0 += 16)
-                V::transpose16(g.B + (jc + jt * NR + c0) * g.ldb + pc + k0, g.ldb,
-                               bp + k0 * NR + c0, NR);
+                V::transpose(g.B + (jc + jt * NR + c0) * g.ldb + pc + k0, g.ldb, bp + k0 * NR + c0,
+                             NR);
             for (int c = 0; c < NR; ++c) {
               const float* src = g.B + (jc + jt * NR + c) * g.ldb + pc;
               for (std::int64_t k = k16; k < kl; ++k) bp[k * NR + c] = src[k];
@@ -774,3 +780,13 @@ struct Driver {
 
 }  // namespace
 }  // namespace lockstep::gemm_detail
+
+// Defines canonical_SUFFIX and chain_SUFFIX over trait V with an MR x (NV * V::W) register tile
+// (used once per gemm*.cpp, inside namespace lockstep::gemm_detail).
+#define LOCKSTEP_GEMM_DEFINE(SUFFIX, V, MR, NV)                     \
+  void canonical_##SUFFIX(const GemmArgs& g, const GemmTuning& t) { \
+    Driver<Kernel<V, MR, NV>>::run(g, t, true);                     \
+  }                                                                 \
+  void chain_##SUFFIX(const GemmArgs& g, const GemmTuning& t) {     \
+    Driver<Kernel<V, MR, NV>>::run(g, t, false);                    \
+  }

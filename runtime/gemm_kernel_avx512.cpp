@@ -1,46 +1,19 @@
-// AVX-512 path of the canonical and chain GEMMs: a 12 x 32 register tile (24 zmm accumulators)
-// driven by runtime/gemm_kernel.hpp. Compiled with the AVX-512 flags (CMake, *_avx512.cpp).
-// Determinism contract: the same FMAs in the same order as every other path (one
-// _mm512_fmadd_ps lane per C element, k increasing), merged by the same canonical tree, so the
-// bits equal the scalar reference.
-#include <immintrin.h>
-
+// The avx512 path of the canonical and chain GEMMs: runtime/gemm_kernel.hpp over simd::Avx512
+// with a 12 x 32 register tile (24 zmm accumulators), compiled with the avx512 flags and reached
+// only through runtime/gemm.cpp's dispatch. The same FMAs in the same order as every other
+// path, merged by the same canonical tree, so the bits equal the scalar reference
+// (docs/design.md section 2). Also Eigen's GEMM, built for AVX-512.
 #include <Eigen/Core>
 
 #include "runtime/gemm_kernel.hpp"
-#include "runtime/transpose_avx512.hpp"
+#include "runtime/simd_avx512.hpp"
 
 namespace lockstep::gemm_detail {
-namespace {
 
-struct V512 {
-  using reg = __m512;
-  static constexpr int W = 16;
-  static __mmask16 mask(int n) { return static_cast<__mmask16>((1u << n) - 1u); }
-  static reg neg_zero() { return _mm512_set1_ps(-0.0f); }
-  static reg load(const float* p) { return _mm512_load_ps(p); }
-  static reg loadu(const float* p) { return _mm512_loadu_ps(p); }
-  static reg bcast(const float* p) { return _mm512_set1_ps(*p); }
-  static reg fma(reg a, reg b, reg c) { return _mm512_fmadd_ps(a, b, c); }
-  static reg mul(reg a, reg b) { return _mm512_mul_ps(a, b); }
-  static reg add(reg a, reg b) { return _mm512_add_ps(a, b); }
-  static void store(float* p, reg x) { _mm512_store_ps(p, x); }
-  static void storeu(float* p, reg x) { _mm512_storeu_ps(p, x); }
-  static reg load_partial(const float* p, int n) {
-    return _mm512_mask_loadu_ps(neg_zero(), mask(n), p);
-  }
-  static void store_partial(float* p, reg x, int n) { _mm512_mask_storeu_ps(p, mask(n), x); }
-  // Packing helper (optional member, used by the driver when present):
-  // dst[k * ldd + c] = src[c * lds + k] for c, k < 16 (a 16 x 16 transpose; pure data moves).
-  static void transpose16(const float* src, std::int64_t lds, float* dst, std::int64_t ldd) {
-    simd::transpose16_avx512(src, lds, dst, ldd);
-  }
-};
+LOCKSTEP_GEMM_DEFINE(avx512, simd::Avx512, 12, 2)
 
-using K512 = Kernel<V512, 12, 2>;
-
-}  // namespace
-
+// Eigen's GEMM (fast mode and the tests), instantiated in this TU only: Eigen templates
+// compiled with different ISA flags in several TUs would collide at link time.
 void eigen_avx512(const GemmArgs& g) {
   using RowMat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   using ConstMap = Eigen::Map<const RowMat, 0, Eigen::OuterStride<>>;
@@ -62,13 +35,6 @@ std::string eigen_info_avx512() {
   return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
          std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
          Eigen::SimdInstructionSetsInUse() + ")";
-}
-
-void canonical_avx512(const GemmArgs& g, const GemmTuning& t) {
-  Driver<K512>::run(g, t, true);
-}
-void chain_avx512(const GemmArgs& g, const GemmTuning& t) {
-  Driver<K512>::run(g, t, false);
 }
 
 }  // namespace lockstep::gemm_detail

@@ -1,8 +1,9 @@
-// Scalar lane type, the scalar API and the ISA dispatch of the array API
-// (runtime/transcendental.hpp). This file is compiled for baseline x86-64: std::fma is the
-// correctly rounded fma (hardware FMA through glibc's ifunc where present, exact software emulation
-// otherwise), so the scalar path computes the same bits as the AVX2 / AVX-512 paths, which use the
-// FMA instruction.
+// The scalar path, the scalar API and the ISA dispatch of the array API
+// (runtime/transcendental.hpp): runtime/transcendental_impl.hpp over simd::Vec<simd::Scalar>,
+// one element at a time. This file is compiled for baseline x86-64: std::fma is the correctly
+// rounded fma (hardware FMA through glibc's ifunc where present, exact software emulation
+// otherwise), so the scalar path computes the same bits as the AVX2 / AVX-512 paths, which use
+// the FMA instruction (docs/design.md section 2).
 #include "runtime/transcendental.hpp"
 
 #include <algorithm>
@@ -11,88 +12,14 @@
 #include <string>
 
 #include "runtime/error.hpp"
-
-namespace lockstep::math::detail {
-namespace {
-
-struct SM {
-  bool v;
-  friend SM operator&(SM a, SM b) { return {a.v && b.v}; }
-  friend SM operator|(SM a, SM b) { return {a.v || b.v}; }
-};
-
-struct SI {
-  uint32_t v;  // unsigned inside, so wrap-around is defined
-  SI() = default;
-  explicit SI(int32_t x) : v(uint32_t(x)) {}
-  static SI raw(uint32_t x) {
-    SI r;
-    r.v = x;
-    return r;
-  }
-  friend SI operator+(SI a, SI b) { return raw(a.v + b.v); }
-  friend SI operator-(SI a, SI b) { return raw(a.v - b.v); }
-  friend SI operator&(SI a, SI b) { return raw(a.v & b.v); }
-  friend SI operator|(SI a, SI b) { return raw(a.v | b.v); }
-  friend SI operator^(SI a, SI b) { return raw(a.v ^ b.v); }
-  friend SM operator==(SI a, SI b) { return {a.v == b.v}; }
-};
-template <int N>
-inline SI shl(SI a) {
-  return SI::raw(a.v << N);
-}
-template <int N>
-inline SI sra(SI a) {
-  return SI(int32_t(a.v) >> N);  // arithmetic shift (C++20)
-}
-
-struct SF {
-  using I = SI;
-  using M = SM;
-  float v;
-  SF() = default;
-  SF(float x) : v(x) {}  // NOLINT: broadcast
-  friend SF operator+(SF a, SF b) { return a.v + b.v; }
-  friend SF operator-(SF a, SF b) { return a.v - b.v; }
-  friend SF operator-(SF a) { return -a.v; }
-  friend SF operator*(SF a, SF b) { return a.v * b.v; }
-  friend SF operator/(SF a, SF b) { return a.v / b.v; }
-  friend SM operator<(SF a, SF b) { return {a.v < b.v}; }
-  friend SM operator<=(SF a, SF b) { return {a.v <= b.v}; }
-  friend SM operator>(SF a, SF b) { return {a.v > b.v}; }
-  friend SM operator>=(SF a, SF b) { return {a.v >= b.v}; }
-  friend SM operator==(SF a, SF b) { return {a.v == b.v}; }
-  friend SM operator!=(SF a, SF b) { return {a.v != b.v}; }
-};
-inline SF fma(SF a, SF b, SF c) {
-  return std::fma(a.v, b.v, c.v);
-}
-inline SI as_int(SF a) {
-  uint32_t u;
-  std::memcpy(&u, &a.v, 4);
-  return SI::raw(u);
-}
-inline SF as_float(SI a) {
-  float f;
-  std::memcpy(&f, &a.v, 4);
-  return f;
-}
-inline SF to_float(SI a) {
-  return float(int32_t(a.v));
-}
-// Selects by bits (never by a float move that could quiet a signaling NaN).
-inline SF sel(SM m, SF a, SF b) {
-  return as_float(m.v ? as_int(a) : as_int(b));
-}
-
-}  // namespace
-}  // namespace lockstep::math::detail
-
 #include "runtime/transcendental_impl.hpp"
 
 namespace lockstep::math {
 namespace detail {
 namespace {
+
+// The scalar lane type: one float (runtime/simd.hpp's Scalar trait).
+using SF = simd::Vec<simd::Scalar>;
 
 // The argument checks of the array API. Every message is built only on failure: these kernels
 // run per softmax / cross-entropy row (~10^5 calls per training step), and building the

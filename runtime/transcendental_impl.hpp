@@ -1,22 +1,26 @@
 // Private to runtime/transcendental*.cpp: every transcendental written ONCE, as a template over a
-// lane type F (a float wrapper for scalar code, __m256 / __m512 wrappers for AVX2 / AVX-512).
-// Determinism contract: each kernel is one fixed sequence of IEEE operations (+ - * / sqrt, fma,
-// bit manipulation, compare-and-select); no branches on data, no libm. Every lane type maps each
-// operation to exactly one IEEE-rounded instruction (scalar fma is std::fma, correctly rounded),
-// so scalar, AVX2 and AVX-512 produce the same bits for every input, NaN payloads included.
+// lane type F = simd::Vec<T> of runtime/simd.hpp (T = Scalar in transcendental.cpp, Avx2 /
+// Avx512 in the *_avx2.cpp / *_avx512.cpp files, one LOCKSTEP_MATH_DEFINE each).
+// Determinism contract (docs/design.md section 2): each kernel is one fixed sequence of IEEE
+// operations (+ - * / sqrt, fma, bit manipulation, compare-and-select); no branches on data, no
+// libm. Every trait maps each operation to exactly one IEEE-rounded instruction (scalar fma is
+// std::fma, correctly rounded), so scalar, AVX2 and AVX-512 produce the same bits for every
+// input, NaN payloads included.
 //
 // Everything below the ISA-dispatch declarations lives in an anonymous namespace on purpose: each
 // translation unit (compiled with its own -m flags) gets a private copy, so the linker can never
 // fold an AVX-512-compiled helper into the scalar path (an ODR trap with per-file ISA flags).
 //
-// A lane type F provides: F(float) broadcast; + - * / ; fma(a,b,c); typename F::I (int32 lanes)
-// and typename F::M (lane mask); as_int / as_float bit casts; I + - & | ^, shl<n>, sra<n>,
-// I(int32) broadcast, to_float(I) (exact for the small ints used here); comparisons < <= > >= ==
-// on F (ordered: false on NaN), != (unordered: true on NaN) and == on I; mask & |; sel(m, a, b) = m
-// ? a : b per lane.
+// What the kernels use of F: F(float) broadcast; + - * / ; fma(a,b,c); typename F::I (int32
+// lanes) and typename F::M (lane mask); as_int / as_float bit casts; I + - & | ^, shl<n>,
+// sra<n>, I(int32) broadcast, to_float(I) (exact for the small ints used here); comparisons
+// < <= > >= == on F (ordered: false on NaN), != (unordered: true on NaN) and == on I; mask & |;
+// sel(m, a, b) = m ? a : b per lane; F::loadu, F::load_n, storeu, store_n for the array loops.
 #pragma once
 
 #include <cstdint>
+
+#include "runtime/simd.hpp"
 
 namespace lockstep::math::detail {
 
@@ -78,25 +82,6 @@ template <class F>
 inline typename F::M isnan_(F x) {
   return x != x;  // != is unordered-or-unequal: true exactly for NaN here
 }
-// Lane loads and stores; each lane-type translation unit specializes these.
-template <class F>
-F load(const float* p);
-// The first n (0 < n < W) lanes of p into a vector, the others +0.0 (never stored back), and
-// the first n lanes of a vector to p; nothing past p[n - 1] is read or written. The default
-// goes through a padded copy; the AVX-512 unit specializes both with masked loads and stores.
-template <class F, int W>
-F load_n(const float* p, int64_t n) {
-  float b[W];
-  for (int l = 0; l < W; ++l) b[l] = l < n ? p[l] : 0.0f;
-  return load<F>(b);
-}
-template <class F, int W>
-void store_n(float* p, F a, int64_t n) {
-  float b[W];
-  store(b, a);
-  for (int l = 0; l < n; ++l) p[l] = b[l];
-}
-
 // ---- Twin<F>: two vectors per operation ---------------------------------------------------------
 // A lane type over two F vectors whose every operation is F's operation on each half, issued
 // back to back. The array loops run the kernels on it so the two halves' instructions come
@@ -473,20 +458,21 @@ inline F apply_(Fn fn, F x) {
 
 // Runs fn over x[0..n) with lane type F of width W, two vectors at a time through Twin<F>, then
 // one vector (y == x is allowed: every vector is loaded before it is stored); the tail goes
-// through one partial vector (load_n / store_n: same lanes, same bits), never through scalar
-// code compiled with this file's ISA flags.
-template <class F, int W>
+// through one partial vector (the trait's load_n / store_n: same lanes, same bits), never through
+// scalar code compiled with this file's ISA flags.
+template <class F>
 inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
+  constexpr int W = F::W;
   int64_t i = 0;
   switch (fn) {
-#define LOCKSTEP_MATH_CASE(NAME)                                        \
-  case Fn::NAME:                                                        \
-    for (; i + 2 * W <= n; i += 2 * W) {                                \
-      const Twin<F> r = NAME##_k(Twin<F>(load<F>(x + i), load<F>(x + i + W))); \
-      store(y + i, r.a);                                                \
-      store(y + i + W, r.b);                                            \
-    }                                                                   \
-    for (; i + W <= n; i += W) store(y + i, NAME##_k(load<F>(x + i)));  \
+#define LOCKSTEP_MATH_CASE(NAME)                                                 \
+  case Fn::NAME:                                                                 \
+    for (; i + 2 * W <= n; i += 2 * W) {                                         \
+      const Twin<F> r = NAME##_k(Twin<F>(F::loadu(x + i), F::loadu(x + i + W))); \
+      storeu(y + i, r.a);                                                        \
+      storeu(y + i + W, r.b);                                                    \
+    }                                                                            \
+    for (; i + W <= n; i += W) storeu(y + i, NAME##_k(F::loadu(x + i)));         \
     break;
     LOCKSTEP_MATH_CASE(exp)
     LOCKSTEP_MATH_CASE(log)
@@ -498,53 +484,68 @@ inline void run_lanes_(Fn fn, const float* x, float* y, int64_t n) {
     LOCKSTEP_MATH_CASE(gelu_tanh_grad)
 #undef LOCKSTEP_MATH_CASE
   }
-  if (i < n) store_n<F, W>(y + i, apply_(fn, load_n<F, W>(x + i, n - i)), n - i);
+  if (i < n) store_n(y + i, apply_(fn, F::load_n(x + i, n - i)), n - i);
 }
 
 // y[i] = exp(x[i] - shift) over [0, n): exactly exp_k of the rounded difference, i.e. the bits
 // of subtracting and then calling the exp array kernel, in one pass (the softmax's rows).
 // y == x is allowed. Loop structure as in run_lanes_.
-template <class F, int W>
+template <class F>
 inline void run_exp_shift_lanes_(const float* x, float shift, float* y, int64_t n) {
+  constexpr int W = F::W;
   int64_t i = 0;
   const F sh(shift);
   const Twin<F> sh2(sh, sh);
   for (; i + 2 * W <= n; i += 2 * W) {
-    const Twin<F> r = exp_k(Twin<F>(load<F>(x + i), load<F>(x + i + W)) - sh2);
-    store(y + i, r.a);
-    store(y + i + W, r.b);
+    const Twin<F> r = exp_k(Twin<F>(F::loadu(x + i), F::loadu(x + i + W)) - sh2);
+    storeu(y + i, r.a);
+    storeu(y + i + W, r.b);
   }
-  for (; i + W <= n; i += W) store(y + i, exp_k(load<F>(x + i) - sh));
-  if (i < n) store_n<F, W>(y + i, exp_k(load_n<F, W>(x + i, n - i) - sh), n - i);
+  for (; i + W <= n; i += W) storeu(y + i, exp_k(F::loadu(x + i) - sh));
+  if (i < n) store_n(y + i, exp_k(F::load_n(x + i, n - i) - sh), n - i);
 }
 
 // gelu_pair_k over x[0..n): y = gelu, g = gelu'; g may alias x (each vector is loaded before
 // either store). Two vectors at a time through Twin<F>, then one, then the tail through one
 // padded vector, as in run_lanes_.
-template <class F, int W>
+template <class F>
 inline void run_gelu_pair_lanes_(const float* x, float* y, float* g, int64_t n) {
+  constexpr int W = F::W;
   int64_t i = 0;
   for (; i + 2 * W <= n; i += 2 * W) {
     Twin<F> a, b;
-    gelu_pair_k(Twin<F>(load<F>(x + i), load<F>(x + i + W)), a, b);
-    store(y + i, a.a);
-    store(y + i + W, a.b);
-    store(g + i, b.a);
-    store(g + i + W, b.b);
+    gelu_pair_k(Twin<F>(F::loadu(x + i), F::loadu(x + i + W)), a, b);
+    storeu(y + i, a.a);
+    storeu(y + i + W, a.b);
+    storeu(g + i, b.a);
+    storeu(g + i + W, b.b);
   }
   for (; i + W <= n; i += W) {
     F a, b;
-    gelu_pair_k(load<F>(x + i), a, b);
-    store(y + i, a);
-    store(g + i, b);
+    gelu_pair_k(F::loadu(x + i), a, b);
+    storeu(y + i, a);
+    storeu(g + i, b);
   }
   if (i < n) {
     F a, b;
-    gelu_pair_k(load_n<F, W>(x + i, n - i), a, b);
-    store_n<F, W>(y + i, a, n - i);
-    store_n<F, W>(g + i, b, n - i);
+    gelu_pair_k(F::load_n(x + i, n - i), a, b);
+    store_n(y + i, a, n - i);
+    store_n(g + i, b, n - i);
   }
 }
 
 }  // namespace
 }  // namespace lockstep::math::detail
+
+// Defines the array loops of one ISA path over trait T (used once per *_avx2.cpp /
+// *_avx512.cpp, inside namespace lockstep::math::detail).
+#define LOCKSTEP_MATH_DEFINE(SUFFIX, T)                                           \
+  void run_##SUFFIX(Fn fn, const float* x, float* y, int64_t n) {                 \
+    run_lanes_<simd::Vec<T>>(fn, x, y, n);                                        \
+  }                                                                               \
+  void run_gelu_pair_##SUFFIX(const float* x, float* y, float* g, int64_t n) {    \
+    run_gelu_pair_lanes_<simd::Vec<T>>(x, y, g, n);                               \
+  }                                                                               \
+  void run_exp_shift_##SUFFIX(const float* x, float shift, float* y, int64_t n) { \
+    run_exp_shift_lanes_<simd::Vec<T>>(x, shift, y, n);                           \
+  }

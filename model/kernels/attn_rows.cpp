@@ -1,8 +1,15 @@
+// The baseline path of the softmax rows (model/kernels/attn_rows_impl.hpp over simd::Scalar,
+// baseline x86-64) and the run-time ISA dispatch of model/kernels/attn_rows.hpp. Every path
+// returns the same bits (tests/unit/test_attn_rows; docs/design.md section 2).
 #include "model/kernels/attn_rows.hpp"
 
 #include "model/kernels/attn_rows_impl.hpp"
 
 namespace lockstep {
+
+namespace attn_detail {
+LOCKSTEP_ATTN_ROWS_DEFINE(scalar, simd::Scalar)
+}  // namespace attn_detail
 
 void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
                          std::int64_t r1, float scale) {
@@ -16,7 +23,7 @@ void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::in
     case Isa::scalar:
       break;
   }
-  attn_detail::softmax_rows_impl(one, S, C, r0, r1, scale);
+  attn_detail::softmax_causal_rows_scalar(one, S, C, r0, r1, scale);
 }
 
 void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
@@ -31,21 +38,21 @@ void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::
     case Isa::scalar:
       break;
   }
-  attn_detail::softmax_backward_rows_impl(one, P, G, C, r0, r1, scale);
+  attn_detail::softmax_backward_rows_scalar(one, P, G, C, r0, r1, scale);
 }
 
 bool rows_all_finite(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t n,
                      std::int64_t ld) {
   if (ctx.isa == Isa::avx512) return attn_detail::rows_all_finite_avx512(X, rows, n, ld);
   if (ctx.isa == Isa::avx2) return attn_detail::rows_all_finite_avx2(X, rows, n, ld);
-  return attn_detail::rows_all_finite_impl(X, rows, n, ld);
+  return attn_detail::rows_all_finite_scalar(X, rows, n, ld);
 }
 
 std::int64_t first_row_with_zero(const KernelCtx& ctx, const float* Y, std::int64_t r0,
                                  std::int64_t r1, std::int64_t n, std::int64_t ld) {
   if (ctx.isa == Isa::avx512) return attn_detail::first_row_with_zero_avx512(Y, r0, r1, n, ld);
   if (ctx.isa == Isa::avx2) return attn_detail::first_row_with_zero_avx2(Y, r0, r1, n, ld);
-  return attn_detail::first_row_with_zero_impl(Y, r0, r1, n, ld);
+  return attn_detail::first_row_with_zero_scalar(Y, r0, r1, n, ld);
 }
 
 }  // namespace lockstep

@@ -39,20 +39,21 @@ std::int64_t first_row_with_zero(const KernelCtx& ctx, const float* Y, std::int6
                                  std::int64_t r1, std::int64_t n, std::int64_t ld);
 
 namespace attn_detail {
-void softmax_causal_rows_avx2(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
-                              std::int64_t r1, float scale);
-void softmax_backward_rows_avx2(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
-                                std::int64_t r0, std::int64_t r1, float scale);
-void softmax_causal_rows_avx512(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
-                                std::int64_t r1, float scale);
-void softmax_backward_rows_avx512(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
-                                  std::int64_t r0, std::int64_t r1, float scale);
-bool rows_all_finite_avx2(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld);
-std::int64_t first_row_with_zero_avx2(const float* Y, std::int64_t r0, std::int64_t r1,
-                                      std::int64_t n, std::int64_t ld);
-bool rows_all_finite_avx512(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld);
-std::int64_t first_row_with_zero_avx512(const float* Y, std::int64_t r0, std::int64_t r1,
-                                        std::int64_t n, std::int64_t ld);
+// The per-ISA instantiations of model/kernels/attn_rows_impl.hpp behind the dispatch above.
+#define LOCKSTEP_ATTN_ROWS_DECLARE(SUFFIX)                                                    \
+  void softmax_causal_rows_##SUFFIX(const KernelCtx& ctx, float* S, std::int64_t C,           \
+                                    std::int64_t r0, std::int64_t r1, float scale);           \
+  void softmax_backward_rows_##SUFFIX(const KernelCtx& ctx, const float* P, float* G,         \
+                                      std::int64_t C, std::int64_t r0, std::int64_t r1,       \
+                                      float scale);                                           \
+  bool rows_all_finite_##SUFFIX(const float* X, std::int64_t rows, std::int64_t n,            \
+                                std::int64_t ld);                                             \
+  std::int64_t first_row_with_zero_##SUFFIX(const float* Y, std::int64_t r0, std::int64_t r1, \
+                                            std::int64_t n, std::int64_t ld);
+LOCKSTEP_ATTN_ROWS_DECLARE(scalar)
+LOCKSTEP_ATTN_ROWS_DECLARE(avx2)
+LOCKSTEP_ATTN_ROWS_DECLARE(avx512)
+#undef LOCKSTEP_ATTN_ROWS_DECLARE
 }  // namespace attn_detail
 
 }  // namespace lockstep

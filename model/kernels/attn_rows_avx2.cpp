@@ -1,23 +1,11 @@
-// The avx2 instantiation of model/kernels/attn_rows_impl.hpp (compiled with the avx2 flags).
+// The avx2 path of the softmax rows: model/kernels/attn_rows_impl.hpp over simd::Avx2 (compiled
+// with the avx2 flags; reached only through model/kernels/attn_rows.cpp's dispatch). Same bits as
+// the baseline path (docs/design.md section 2).
 #include "model/kernels/attn_rows_impl.hpp"
+#include "runtime/simd_avx2.hpp"
 
 namespace lockstep::attn_detail {
 
-void softmax_causal_rows_avx2(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
-                              std::int64_t r1, float scale) {
-  softmax_rows_impl(ctx, S, C, r0, r1, scale);
-}
-void softmax_backward_rows_avx2(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
-                                std::int64_t r0, std::int64_t r1, float scale) {
-  softmax_backward_rows_impl(ctx, P, G, C, r0, r1, scale);
-}
-
-bool rows_all_finite_avx2(const float* X, std::int64_t rows, std::int64_t n, std::int64_t ld) {
-  return rows_all_finite_impl(X, rows, n, ld);
-}
-std::int64_t first_row_with_zero_avx2(const float* Y, std::int64_t r0, std::int64_t r1,
-                                      std::int64_t n, std::int64_t ld) {
-  return first_row_with_zero_impl(Y, r0, r1, n, ld);
-}
+LOCKSTEP_ATTN_ROWS_DEFINE(avx2, simd::Avx2)
 
 }  // namespace lockstep::attn_detail

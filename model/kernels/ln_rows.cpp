@@ -1,12 +1,13 @@
-// The portable (baseline x86-64) instantiation of model/kernels/ln_rows_impl.hpp and the run-time ISA
-// dispatch of model/kernels/ln_rows.hpp. Every path returns the same bits (tests/unit/test_model_fused).
+// The baseline path of the LayerNorm rows (model/kernels/ln_rows_impl.hpp over simd::Sse2,
+// baseline x86-64) and the run-time ISA dispatch of model/kernels/ln_rows.hpp. Every path
+// returns the same bits (tests/unit/test_model_fused; docs/design.md section 2).
 #include "model/kernels/ln_rows.hpp"
 
 #include "model/kernels/ln_rows_impl.hpp"
 
 namespace lockstep::ln_detail {
 
-LOCKSTEP_LN_ROWS_DEFINE(scalar)
+LOCKSTEP_LN_ROWS_DEFINE(scalar, simd::Sse2)
 
 void forward_rows(const KernelCtx& ctx, float* xw, const float* x, const float* res,
                   std::int64_t r0, std::int64_t r1, std::int64_t n, const float* w, const float* b,

@@ -1,8 +1,11 @@
-// The avx512 instantiation of model/kernels/ln_rows_impl.hpp (compiled with the avx512 flags).
+// The avx512 path of the LayerNorm rows: model/kernels/ln_rows_impl.hpp over simd::Avx512 (compiled
+// with the avx512 flags; reached only through model/kernels/ln_rows.cpp's dispatch). Same bits as
+// the baseline path (docs/design.md section 2).
 #include "model/kernels/ln_rows_impl.hpp"
+#include "runtime/simd_avx512.hpp"
 
 namespace lockstep::ln_detail {
 
-LOCKSTEP_LN_ROWS_DEFINE(avx512)
+LOCKSTEP_LN_ROWS_DEFINE(avx512, simd::Avx512)
 
 }  // namespace lockstep::ln_detail

@@ -1,8 +1,11 @@
-// Private to model/ln_rows*.cpp: the LayerNorm row kernels, written once and compiled per ISA
-// path (ln_rows.cpp: baseline x86-64; ln_rows_avx2.cpp, ln_rows_avx512.cpp: wider vectors).
-// Row sums run ACROSS rows: a group of kL rows (one vector register's lanes: 16 on AVX-512, 8
-// on AVX2, 4 on the baseline SSE2 path) is transposed into a scratch tile (element k of row r
-// in lane r of vector k; register transposes, a plain loop for tails), and each lane runs
+// Private to model/kernels/ln_rows*.cpp: the LayerNorm row kernels, written once over a vector
+// trait V of runtime/simd.hpp and instantiated per ISA path by LOCKSTEP_LN_ROWS_DEFINE
+// (ln_rows.cpp: Sse2, baseline x86-64; ln_rows_avx2.cpp: Avx2; ln_rows_avx512.cpp: Avx512).
+// Determinism contract: docs/design.md section 2 and model/kernels/ln_rows.hpp.
+// Row sums run ACROSS rows: a group of kL = V::W rows (one vector register's lanes: 16 on
+// AVX-512, 8 on AVX2, 4 on the baseline SSE2 path) is transposed into a scratch tile (element k
+// of row r in lane r of vector k; the trait's register transposes, a plain loop for tails),
+// held in GCC generic vectors of kL floats (simd::GnuVec), and each lane runs
 // exactly its row's canonical sum (chains of B elements from -0.0 in order, leaves merged by
 // the binary counter): the bits of lockstep::csum. Four block chains of a row advance together
 // for overlap; the leaves are still pushed in block order. Element-wise passes run along
@@ -17,17 +20,9 @@
 #include <cstdint>
 #include <vector>
 
-#if defined(__AVX512F__) || defined(__AVX2__)
-#include <immintrin.h>
-#elif defined(__SSE2__)
-#include <xmmintrin.h>
-#endif
-
 #include "model/kernels/ln_rows.hpp"
-#if defined(__AVX512F__)
-#include "runtime/transpose_avx512.hpp"
-#endif
 #include "runtime/csum.hpp"
+#include "runtime/simd.hpp"
 
 // vf values never cross a TU boundary (anonymous namespace, exported functions take pointers),
 // so GCC's note that a vector wider than the TU's ISA "changes the ABI" would not apply (the
@@ -37,32 +32,28 @@
 namespace lockstep::ln_detail {
 namespace {
 
-// Rows per group = the lanes of one vector register of the path (AVX-512: 16, AVX2: 8, SSE2: 4);
-// the grouping never changes bits (each lane is one row's own computation).
-#if defined(__AVX512F__)
-constexpr int kL = 16;
-#elif defined(__AVX2__)
-constexpr int kL = 8;
-#else
-constexpr int kL = 4;
-#endif
-typedef float vf __attribute__((vector_size(kL * sizeof(float))));
+// Rows per group = the lanes of one vector register of the path, V::W (AVX-512: 16, AVX2: 8,
+// SSE2: 4); the grouping never changes bits (each lane is one row's own computation).
+template <class V>
+using vf = typename simd::GnuVec<V::W>::type;
 
 #define LN_INLINE inline __attribute__((always_inline))
 
-LN_INLINE vf splat(float a) {
-  vf v;
-  for (int l = 0; l < kL; ++l) v[l] = a;
+template <class V>
+LN_INLINE vf<V> splat(float a) {
+  vf<V> v;
+  for (int l = 0; l < V::W; ++l) v[l] = a;
   return v;
 }
 
 // The binary counter of runtime/csum_counter.hpp, one lane per row (all rows of a group have
 // the same length, so they push the same number of leaves).
+template <class V>
 struct LaneCounter {
-  vf value[64];
+  vf<V> value[64];
   int weight_log[64];
   int n = 0;
-  LN_INLINE void push(vf v) {
+  LN_INLINE void push(vf<V> v) {
     int w = 0;
     while (n > 0 && weight_log[n - 1] == w) {
       v = value[--n] + v;
@@ -71,9 +62,9 @@ struct LaneCounter {
     value[n] = v;
     weight_log[n++] = w;
   }
-  LN_INLINE vf result() const {
-    if (n == 0) return splat(kAdditiveIdentity);
-    vf acc = value[n - 1];
+  LN_INLINE vf<V> result() const {
+    if (n == 0) return splat<V>(kAdditiveIdentity);
+    vf<V> acc = value[n - 1];
     for (int i = n - 2; i >= 0; --i) acc = value[i] + acc;
     return acc;
   }
@@ -81,18 +72,18 @@ struct LaneCounter {
 
 // out[s] (s < NS) = per-lane csum over k in [0, n) of the terms f(k, terms) writes, block B.
 // Four full blocks advance together (their chains are independent); leaves are pushed in order.
-template <int NS, class F>
-LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf* out) {
-  LaneCounter c[NS];
-  const vf z = splat(kAdditiveIdentity);
+template <class V, int NS, class F>
+LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf<V>* out) {
+  LaneCounter<V> c[NS];
+  const vf<V> z = splat<V>(kAdditiveIdentity);
   std::int64_t lo = 0;
   for (; lo + 4 * std::int64_t{B} <= n; lo += 4 * std::int64_t{B}) {
-    vf a[4][NS];
+    vf<V> a[4][NS];
     for (int j = 0; j < 4; ++j)
       for (int s = 0; s < NS; ++s) a[j][s] = z;
     for (std::int64_t o = 0; o < B; ++o)
       for (int j = 0; j < 4; ++j) {
-        vf t[NS];
+        vf<V> t[NS];
         f(lo + j * std::int64_t{B} + o, t);
         for (int s = 0; s < NS; ++s) a[j][s] = a[j][s] + t[s];
       }
@@ -101,10 +92,10 @@ LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf* out) {
   }
   for (; lo < n; lo += B) {
     const std::int64_t hi = std::min<std::int64_t>(n, lo + B);
-    vf a[NS];
+    vf<V> a[NS];
     for (int s = 0; s < NS; ++s) a[s] = z;
     for (std::int64_t k = lo; k < hi; ++k) {
-      vf t[NS];
+      vf<V> t[NS];
       f(k, t);
       for (int s = 0; s < NS; ++s) a[s] = a[s] + t[s];
     }
@@ -114,49 +105,15 @@ LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf* out) {
 }
 
 // dst[k][r] = src[r*ld + k] for r < rows, +0.0 for r >= rows (lanes of missing rows are
-// computed and discarded), k in [0, n).
-void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int64_t n, vf* dst) {
+// computed and discarded), k in [0, n): full groups by the trait's kL x kL register transposes
+// (dst vector k0 + i = column k0 + i, lane j = row j), the rest by a plain loop.
+template <class V>
+void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int64_t n, vf<V>* dst) {
+  constexpr int kL = V::W;
   std::int64_t k0 = 0;
-#if defined(__AVX512F__)
-  if (rows == kL)  // dst vector k0 + i = column k0 + i (lane j = row j)
-    for (; k0 + 16 <= n; k0 += 16)
-      simd::transpose16_avx512(src + k0, ld, reinterpret_cast<float*>(dst + k0), kL);
-#elif defined(__AVX2__)
-  if (rows == kL) {  // 8x8 transposes
-    for (; k0 + 8 <= n; k0 += 8) {
-      __m256 r[8], t[8];
-      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(src + i * ld + k0);
-      for (int i = 0; i < 4; ++i) {
-        t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-      }
-      for (int i = 0; i < 2; ++i) {
-        r[4 * i + 0] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 1] = _mm256_shuffle_ps(t[4 * i], t[4 * i + 2], _MM_SHUFFLE(3, 2, 3, 2));
-        r[4 * i + 2] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(1, 0, 1, 0));
-        r[4 * i + 3] = _mm256_shuffle_ps(t[4 * i + 1], t[4 * i + 3], _MM_SHUFFLE(3, 2, 3, 2));
-      }
-      for (int i = 0; i < 4; ++i) {
-        t[i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x20);
-        t[4 + i] = _mm256_permute2f128_ps(r[i], r[4 + i], 0x31);
-      }
-      for (int i = 0; i < 8; ++i) _mm256_store_ps(reinterpret_cast<float*>(dst + k0 + i), t[i]);
-    }
-  }
-#elif defined(__SSE2__)
-  if (rows == kL) {  // 4x4 transposes
-    for (; k0 + 4 <= n; k0 += 4) {
-      __m128 r0 = _mm_loadu_ps(src + k0), r1 = _mm_loadu_ps(src + ld + k0),
-             r2 = _mm_loadu_ps(src + 2 * ld + k0), r3 = _mm_loadu_ps(src + 3 * ld + k0);
-      _MM_TRANSPOSE4_PS(r0, r1, r2, r3);
-      float* d0 = reinterpret_cast<float*>(dst + k0);
-      _mm_store_ps(d0, r0);
-      _mm_store_ps(d0 + kL, r1);
-      _mm_store_ps(d0 + 2 * kL, r2);
-      _mm_store_ps(d0 + 3 * kL, r3);
-    }
-  }
-#endif
+  if (rows == kL)
+    for (; k0 + kL <= n; k0 += kL)
+      V::transpose(src + k0, ld, reinterpret_cast<float*>(dst + k0), kL);
   float* d = reinterpret_cast<float*>(dst);
   for (int r = 0; r < rows; ++r) {
     const float* s = src + r * ld;
@@ -167,8 +124,9 @@ void load_rows_transposed(const float* src, std::int64_t ld, int rows, std::int6
 }
 
 // Grow-only per-thread tile buffers (one set per TU, so per ISA path).
-vf* tile(int which, std::int64_t n) {
-  static thread_local std::vector<vf> buf[3];
+template <class V>
+vf<V>* tile(int which, std::int64_t n) {
+  static thread_local std::vector<vf<V>> buf[3];
   if (buf[which].size() < static_cast<std::size_t>(n))
     buf[which].resize(static_cast<std::size_t>(n));
   return buf[which].data();
@@ -218,11 +176,13 @@ LN_INLINE void backward_row_range(const float* dr, const float* xh, const float*
   }
 }
 
+template <class V>
 void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t r0,
                        std::int64_t r1, std::int64_t n, const float* w, const float* b, float eps,
                        int B, float* xhat, float* rstd, float* y) {
-  vf* xt = tile(0, n);
-  const vf fn = splat(static_cast<float>(n));
+  constexpr int kL = V::W;
+  vf<V>* xt = tile<V>(0, n);
+  const vf<V> fn = splat<V>(static_cast<float>(n));
   for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
     const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
     if (res) {
@@ -232,19 +192,19 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
       residual_range(hw, rr, 0, h);
       residual_range(hw, rr, h, len);
     }
-    load_rows_transposed(x + t0 * n, n, rows, n, xt);
-    vf sum, sq;
-    lane_csum<1>(
-        n, B, [xt](std::int64_t k, vf* t) { t[0] = xt[k]; }, &sum);
-    const vf mean = sum / fn;
-    lane_csum<1>(
+    load_rows_transposed<V>(x + t0 * n, n, rows, n, xt);
+    vf<V> sum, sq;
+    lane_csum<V, 1>(
+        n, B, [xt](std::int64_t k, vf<V>* t) { t[0] = xt[k]; }, &sum);
+    const vf<V> mean = sum / fn;
+    lane_csum<V, 1>(
         n, B,
-        [xt, mean](std::int64_t k, vf* t) {
-          const vf c = xt[k] - mean;
+        [xt, mean](std::int64_t k, vf<V>* t) {
+          const vf<V> c = xt[k] - mean;
           t[0] = c * c;
         },
         &sq);
-    const vf var = sq / fn;
+    const vf<V> var = sq / fn;
     for (int r = 0; r < rows; ++r) {
       const float m = mean[r];
       const float rs = 1.0f / std::sqrt(var[r] + eps);
@@ -261,16 +221,17 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
 
 // The row statistics of the input gradient for rows [t0, t0 + rows) (one lane per row):
 // c1 = csum(g)/n and c2 = csum(g*xhat)/n with g = dy*w; dt, xt: tiles of n vectors.
+template <class V>
 LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const float* w,
-                                    std::int64_t t0, int rows, std::int64_t n, int B, vf* dt,
-                                    vf* xt, vf fn, vf& c1v, vf& c2v) {
-  load_rows_transposed(dy + t0 * n, n, rows, n, dt);
-  load_rows_transposed(xhat + t0 * n, n, rows, n, xt);
-  vf s[2];
-  lane_csum<2>(
+                                    std::int64_t t0, int rows, std::int64_t n, int B, vf<V>* dt,
+                                    vf<V>* xt, vf<V> fn, vf<V>& c1v, vf<V>& c2v) {
+  load_rows_transposed<V>(dy + t0 * n, n, rows, n, dt);
+  load_rows_transposed<V>(xhat + t0 * n, n, rows, n, xt);
+  vf<V> s[2];
+  lane_csum<V, 2>(
       n, B,
-      [dt, xt, w](std::int64_t k, vf* t) {
-        const vf g = dt[k] * w[k];
+      [dt, xt, w](std::int64_t k, vf<V>* t) {
+        const vf<V> g = dt[k] * w[k];
         t[0] = g;
         t[1] = g * xt[k];
       },
@@ -282,14 +243,16 @@ LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const fl
 // Rows [r0, r1) of the backward in groups of kL: the group's row statistics, then per row
 // row_fn(dy row, xhat row, dx row, c1, c2, rstd, head) with head = head_len(dx row) (the
 // kernels run [0, head) and [head, n) so that the second part's stores are aligned).
-template <class RowFn>
+template <class V, class RowFn>
 LN_INLINE void backward_groups(const float* dy, const float* xhat, const float* rstd,
                                const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,
-                               int B, vf* dt, vf* xt, vf fn, float* dx_out, RowFn&& row_fn) {
+                               int B, vf<V>* dt, vf<V>* xt, vf<V> fn, float* dx_out,
+                               RowFn&& row_fn) {
+  constexpr int kL = V::W;
   for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
     const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
-    vf c1v, c2v;
-    backward_group_stats(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
+    vf<V> c1v, c2v;
+    backward_group_stats<V>(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
     for (int r = 0; r < rows; ++r) {
       float* o = dx_out + (t0 + r) * n;
       row_fn(dy + (t0 + r) * n, xhat + (t0 + r) * n, o, c1v[r], c2v[r], rstd[t0 + r],
@@ -298,23 +261,24 @@ LN_INLINE void backward_groups(const float* dy, const float* xhat, const float* 
   }
 }
 
+template <class V>
 void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
                         std::int64_t r0, std::int64_t r1, std::int64_t n, float* dx_out,
                         bool accumulate, int B) {
-  vf* dt = tile(0, n);
-  vf* xt = tile(1, n);
-  const vf fn = splat(static_cast<float>(n));
-  backward_groups(dy, xhat, rstd, w, r0, r1, n, B, dt, xt, fn, dx_out,
-                  [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
-                      std::int64_t h) {
-                    if (accumulate) {
-                      backward_row_range<true>(dr, xh, w, c1, c2, rs, o, 0, h);
-                      backward_row_range<true>(dr, xh, w, c1, c2, rs, o, h, n);
-                    } else {
-                      backward_row_range<false>(dr, xh, w, c1, c2, rs, o, 0, h);
-                      backward_row_range<false>(dr, xh, w, c1, c2, rs, o, h, n);
-                    }
-                  });
+  vf<V>* dt = tile<V>(0, n);
+  vf<V>* xt = tile<V>(1, n);
+  const vf<V> fn = splat<V>(static_cast<float>(n));
+  backward_groups<V>(dy, xhat, rstd, w, r0, r1, n, B, dt, xt, fn, dx_out,
+                     [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
+                         std::int64_t h) {
+                       if (accumulate) {
+                         backward_row_range<true>(dr, xh, w, c1, c2, rs, o, 0, h);
+                         backward_row_range<true>(dr, xh, w, c1, c2, rs, o, h, n);
+                       } else {
+                         backward_row_range<false>(dr, xh, w, c1, c2, rs, o, 0, h);
+                         backward_row_range<false>(dr, xh, w, c1, c2, rs, o, h, n);
+                       }
+                     });
 }
 
 constexpr std::int64_t kColChunk = 64;
@@ -417,13 +381,15 @@ LN_INLINE void backward_row_range_cols(const float* dr, const float* xh, const f
 // gradient of backward_rows_impl, and per block the parameter-gradient leaves of csum_rows
 // (per column a chain over the block's rows in order from -0.0): leaves + u*2n holds the dw
 // leaf (n floats) then the db leaf. dy and xhat are read once for both.
+template <class V>
 void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
                           std::int64_t T, std::int64_t n, std::int64_t u0, std::int64_t u1,
                           float* dx_out, bool accumulate, int B, float* leaves) {
-  vf* dt = tile(0, n);
-  vf* xt = tile(1, n);
-  vf* acc = tile(2, (2 * n + 48 + kL - 1) / kL + 1);
-  const vf fn = splat(static_cast<float>(n));
+  constexpr int kL = V::W;
+  vf<V>* dt = tile<V>(0, n);
+  vf<V>* xt = tile<V>(1, n);
+  vf<V>* acc = tile<V>(2, (2 * n + 48 + kL - 1) / kL + 1);
+  const vf<V> fn = splat<V>(static_cast<float>(n));
   for (std::int64_t u = u0; u < u1; ++u) {
     const std::int64_t lo = u * B, hi = std::min<std::int64_t>(T, lo + B);
     // Column accumulators placed so lw + head and lb + head are 64-byte aligned when the dx
@@ -434,17 +400,17 @@ void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd,
     float* lw = reinterpret_cast<float*>(acc) + shift;
     float* lb = reinterpret_cast<float*>(acc) + lb_off;
     for (std::int64_t k = 0; k < n; ++k) lw[k] = lb[k] = kAdditiveIdentity;
-    backward_groups(dy, xhat, rstd, w, lo, hi, n, B, dt, xt, fn, dx_out,
-                    [&](const float* dr, const float* xh, float* o, float c1, float c2,
-                        float rs, std::int64_t h) {
-                      if (accumulate) {
-                        backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
-                        backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
-                      } else {
-                        backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
-                        backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
-                      }
-                    });
+    backward_groups<V>(dy, xhat, rstd, w, lo, hi, n, B, dt, xt, fn, dx_out,
+                       [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
+                           std::int64_t h) {
+                         if (accumulate) {
+                           backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+                           backward_row_range_cols<true>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+                         } else {
+                           backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, 0, h);
+                           backward_row_range_cols<false>(dr, xh, w, c1, c2, rs, o, lw, lb, h, n);
+                         }
+                       });
     std::copy(lw, lw + n, leaves + u * 2 * n);
     std::copy(lb, lb + n, leaves + u * 2 * n + n);
   }
@@ -484,17 +450,18 @@ void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::
 }  // namespace
 }  // namespace lockstep::ln_detail
 
-// Defines the exported entry points of one ISA path (used once per ln_rows*.cpp).
-#define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX)                                                            \
+// Defines the exported entry points of one ISA path over trait V (used once per ln_rows*.cpp,
+// inside namespace lockstep::ln_detail).
+#define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX, V)                                                         \
   void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,         \
                              std::int64_t r1, std::int64_t n, const float* w, const float* b,      \
                              float eps, int B, float* xhat, float* rstd, float* y) {               \
-    forward_rows_impl(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                         \
+    forward_rows_impl<V>(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                      \
   }                                                                                                \
   void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,               \
                               const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,    \
                               float* dx_out, bool accumulate, int B) {                             \
-    backward_rows_impl(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                       \
+    backward_rows_impl<V>(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                    \
   }                                                                                                \
   void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,                \
                                 std::int64_t n, std::int64_t j0, std::int64_t w, int B, float* dw, \
@@ -505,7 +472,7 @@ void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::
                                 const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,   \
                                 std::int64_t u1, float* dx_out, bool accumulate, int B,            \
                                 float* leaves) {                                                   \
-    backward_blocks_impl(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);          \
+    backward_blocks_impl<V>(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);       \
   }                                                                                                \
   void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,  \
                             std::int64_t w, float* dw, float* db) {                                \

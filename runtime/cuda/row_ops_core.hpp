@@ -2,7 +2,7 @@
 // each the CPU operation's order of IEEE operations written once more, so the CPU tests
 // (tests/unit/test_cuda_ops_host.cpp) can hold them to the CPU kernels bit for bit:
 //   layernorm_row_forward  == lockstep::layernorm_forward (model/ops.hpp) for one row
-//   adamw_element          == lockstep::detail::adamw_element (optim/adamw_kernel.hpp)
+//   adamw_element          == one lane of lockstep::detail::adamw_lanes (optim/adamw_kernel.hpp)
 //   embedding_grad_column  == lockstep::token_row_grad (parallel/vocab_parallel.hpp) for one
 //                             (row, column)
 // Determinism contract: every reduction is the canonical csum (runtime/cuda/tree_counter.hpp);
