@@ -1,9 +1,9 @@
 // bench_attn: speed of one (sequence, head) of causal attention's kernels, one thread, at
 // bench-small's shape by default (C 256 keys, head_dim 32, reduce block 64, q/k/v rows 768
-// floats apart as in the fused q/k/v buffer): the fused AVX-512 products of model/kernels/attn_gemm.hpp
-// (scores Q K^T, prefix P V, suffix P^T dO) in tree form (invariant mode) and chain form
-// (deterministic), and the softmax rows of model/kernels/attn_rows.hpp (forward; backward).
-// Prints one JSON object per line:
+// floats apart as in the fused q/k/v buffer): the fused AVX-512 products of
+// model/kernels/attn_gemm.hpp (scores Q K^T, prefix P V, suffix P^T dO) in tree form (invariant
+// mode) and chain form (deterministic), and the softmax rows of model/kernels/attn_rows.hpp
+// (forward; backward). Prints one JSON object per line:
 //   {"bench":"attn","kernel","form","C","hd","B","us_min","us_median","gflops_max","trials","calls"}
 // gflops_max counts the causal half's products, 2 * C (C + 1) / 2 * hd per call, at us_min
 // (softmax rows: no GFLOP/s; they work in place, so each call includes copying the C x C

@@ -120,7 +120,7 @@ def thread_env(threads):
         env["OPENBLAS_CORETYPE"] = core
     env["OMP_NUM_THREADS"] = str(threads)
     env["OPENBLAS_NUM_THREADS"] = str(threads)
-    env.pop("OMP_PROC_BIND", None)  # NOTES.md: spread halves 2-thread OpenBLAS
+    env.pop("OMP_PROC_BIND", None)  # spread halves 2-thread OpenBLAS (its threads inherit the pinning)
     return env
 
 

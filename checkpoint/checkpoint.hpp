@@ -1,4 +1,4 @@
-// Sharded, crash-safe, verified, reshardable checkpoints of training state (DESIGN.md
+// Sharded, crash-safe, verified, reshardable checkpoints of training state (docs/design.md
 // section 5; guarantees G2 and G4 of section 1). The state arrives as StatePieces
 // (runtime/state_piece.hpp): logical float32 tensors cut into boxes (TP) and flat ranges
 // (ZeRO), one owner per element. Save writes each rank's owner pieces into one safetensors

@@ -1,4 +1,4 @@
-// meta.json, the table of contents of a checkpoint directory (DESIGN.md section 5): format
+// meta.json, the table of contents of a checkpoint directory (docs/design.md section 5): format
 // version, the fingerprint version, step, the trainer's opaque `run` object (config, contract
 // constants, layout, sampler, RNG, LR, build facts), the chunk size of the shard hashes, and per
 // logical tensor its global shape, dtype, fingerprint and shards. A shard is one contiguous flat

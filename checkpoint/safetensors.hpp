@@ -1,4 +1,4 @@
-// The safetensors file format (DESIGN.md section 5): an 8-byte little-endian header length
+// The safetensors file format (docs/design.md section 5): an 8-byte little-endian header length
 // N, N bytes of JSON {"<tensor>": {"dtype": "F32", "shape": [...], "data_offsets": [b, e]},
 // "__metadata__": {...}} padded with spaces so that the data starts 8-byte aligned, then the
 // tensors' bytes; data_offsets are relative to the start of the data. Checkpoint shards and

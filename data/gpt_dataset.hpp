@@ -43,8 +43,9 @@ constexpr int64_t kSyntheticCorpusBytes = 4 << 20;
 
 // Opens the source cfg names: the indexed dataset, or the synthetic corpus generated from
 // synthetic_seed (run.seed; data/synthetic_corpus.hpp) with synthetic_bytes bytes.
-std::shared_ptr<const TokenSource> open_token_source(const DataConfig& cfg, uint64_t synthetic_seed,
-                                                     int64_t synthetic_bytes = kSyntheticCorpusBytes);
+std::shared_ptr<const TokenSource> open_token_source(
+    const DataConfig& cfg, uint64_t synthetic_seed,
+    int64_t synthetic_bytes = kSyntheticCorpusBytes);
 
 class GptDataset {
  public:

@@ -1,4 +1,4 @@
-// Megatron's indexed dataset (MMapIndexedDataset, DESIGN.md section 5): a builder that writes
+// Megatron's indexed dataset (MMapIndexedDataset, docs/design.md section 5): a builder that writes
 // PREFIX.bin / PREFIX.idx and a memory-mapped, bounds-checked reader that is a TokenSource.
 //
 // Format (little-endian, byte-compatible with Megatron-LM's indexed_dataset.py):

@@ -1,4 +1,4 @@
-// The global sample order (DESIGN.md section 3): per epoch, a Philox-keyed permutation of the
+// The global sample order (docs/design.md section 3): per epoch, a Philox-keyed permutation of the
 // GPT samples; each step consumes one global batch of G consecutive entries of that order; DP
 // rank r of dp takes the contiguous slice [r*G/dp, (r+1)*G/dp) and splits it into consecutive
 // microbatches. The state is {epoch, cursor} (+ consumed_samples), serializable to JSON.

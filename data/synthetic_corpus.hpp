@@ -1,4 +1,4 @@
-// The built-in synthetic corpus (DESIGN.md section 5): a seeded, generated language that a
+// The built-in synthetic corpus (docs/design.md section 5): a seeded, generated language that a
 // small model learns quickly, so every command works with no data at all. It is a TokenSource
 // of byte tokens (data/tokenizer.hpp) with EOD = 0 after every document.
 //

@@ -1,4 +1,4 @@
-// The byte-level tokenizer (DESIGN.md section 5): vocab 256, token = byte value, and the
+// The byte-level tokenizer (docs/design.md section 5): vocab 256, token = byte value, and the
 // end-of-document token EOD = 0 (the NUL byte). NUL bytes in input text are dropped (and
 // counted) so EOD is unambiguous; every other byte maps to itself. Vocab stays 256, which
 // every power-of-two TP size divides.

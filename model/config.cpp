@@ -29,7 +29,8 @@ std::vector<std::string> model_config_problems(const ModelConfig& m, std::int64_
   if (tp >= 1) {
     need(m.heads % tp == 0,
          "model.heads = " + s(m.heads) + " is not divisible by parallel.tp = " + s(tp));
-    need(m.ffn % tp == 0, "model.ffn = " + s(m.ffn) + " is not divisible by parallel.tp = " + s(tp));
+    need(m.ffn % tp == 0,
+         "model.ffn = " + s(m.ffn) + " is not divisible by parallel.tp = " + s(tp));
     need(m.vocab % tp == 0,
          "model.vocab = " + s(m.vocab) + " is not divisible by parallel.tp = " + s(tp));
   }

@@ -11,7 +11,7 @@
 namespace lockstep {
 
 namespace {
-constexpr std::int64_t kLnRows = 16;  // rows of one work unit (a multiple of every path's lanes)
+constexpr std::int64_t kLnRows = 16;    // rows of one work unit (a multiple of every path's lanes)
 constexpr std::int64_t kColChunk = 64;  // columns of one parameter-gradient work unit
 
 // LayerNorm forward of rows [0, T); with res != nullptr each row group first does the residual

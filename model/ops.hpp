@@ -1,6 +1,6 @@
 // Row-wise kernels of the GPT model: canonical row sums, LayerNorm forward/backward and
 // Philox dropout masks.
-// Determinism contract (DESIGN.md section 2): every reduction over features is the canonical
+// Determinism contract (docs/design.md section 2): every reduction over features is the canonical
 // csum of runtime/csum.hpp (block ctx.reduce_block, chains from -0.0, pairwise tree), computed
 // per row; rows are independent, so threads (which split rows) never change bits. LayerNorm
 // parameter gradients reduce over tokens with csum_rows (one microbatch = one subtree).
@@ -39,7 +39,7 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
                         const float* w, std::int64_t T, std::int64_t n, float* dx_out,
                         bool accumulate, float* dw, float* db, float* scratch);
 
-// Dropout randomness (DESIGN.md section 3). Stream from (step, layer code, site):
+// Dropout randomness (docs/design.md section 3). Stream from (step, layer code, site):
 //   stream = 2^63 | step << 24 | layer_code << 4 | site
 // (init streams are the small parameter-table indices, so they never collide). layer_code 0
 // is the embedding, layer i has code i + 1. Sites: 0 embedding output, 1 attention

@@ -14,14 +14,14 @@
 // [r*heads/tp, (r+1)*heads/tp) and ffn rows [r*ffn/tp, ...)); proj [d, d] and fc2 [d, ffn]
 // dim 1 (row-parallel); column-parallel biases dim 0; everything else replicated (-1).
 //
-// Init (layout-invariant, DESIGN.md section 3): element e of parameter i is a pure function
+// Init (layout-invariant, docs/design.md section 3): element e of parameter i is a pure function
 // of (run seed, stream = i, logical row-major index e): normal(0, 0.02) for embeddings and
 // weights, normal(0, 0.02/sqrt(2*layers)) for the output projections proj and fc2 (GPT-2 /
 // Megatron), ones for LayerNorm weights, zeros for biases. A TP shard fills exactly its
 // elements with fill_normal_2d.
 //
 // Gradient TERMS: every parameter gradient is a canonical sum over the global token axis
-// (DESIGN.md section 2). A parameter that receives gradient from two places along that axis
+// (docs/design.md section 2). A parameter that receives gradient from two places along that axis
 // keeps one buffer per place, reduced separately (microbatches by BinaryCounter, ranks by the
 // tree allreduce) and combined only after full reduction, in the listed order:
 //   embed.weight: terms {"head", "lookup"} -> g = head + lookup

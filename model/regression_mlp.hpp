@@ -1,4 +1,4 @@
-// The small float32 regression MLP of the replay lab (DESIGN.md section 7):
+// The small float32 regression MLP of the replay lab (docs/design.md section 7):
 //   h = tanh(x W1ᵀ + b1),  ŷ = h W2ᵀ + b2,  loss = mean over batch and outputs of (ŷ - y)²,
 // with forward and backward written by hand, and its synthetic data: inputs x ~ N(0, 1)
 // and targets from a fixed random teacher network plus noise, all drawn by Philox from

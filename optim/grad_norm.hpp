@@ -1,5 +1,5 @@
 // The global gradient norm ||g||_2 over every gradient element of the model, computed
-// EXACTLY and order-free so that its bits never depend on the layout (DESIGN.md section 2,
+// EXACTLY and order-free so that its bits never depend on the layout (docs/design.md section 2,
 // "Gradient norm"): the sum of squares is accumulated without any rounding in a wide
 // fixed-point superaccumulator, and rounded once at the end.
 //

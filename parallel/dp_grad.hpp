@@ -1,4 +1,4 @@
-// Data-parallel gradient reduction (DESIGN.md section 2, "weight gradients"): a step's
+// Data-parallel gradient reduction (docs/design.md section 2, "weight gradients"): a step's
 // gradient is one canonical sum over all tokens of the global batch. Each microbatch's
 // backward yields a subtree over its tokens; GradReducer merges the microbatches of this
 // rank with a binary counter (so microbatch size and accumulation count are free) and then

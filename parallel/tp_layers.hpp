@@ -2,7 +2,7 @@
 // reduce-from-TP, and column-/row-parallel linear layers, over float32 row-major activations
 // [T tokens, features].
 //
-// Determinism contract (DESIGN.md section 2), invariant mode:
+// Determinism contract (docs/design.md section 2), invariant mode:
 //  - every GEMM is the canonical GEMM (runtime/gemm.hpp) with B = ctx.reduce_block;
 //  - every TP reduction is tree_allreduce over grid.tp_comm() (rank order = tp index order);
 //  - a row-parallel linear splits K = in_features over TP; each rank's local canonical GEMM

@@ -12,7 +12,7 @@
 // microbatch's TOKEN axis of (row_of[t] == r ? dX[t] : -0.0). Computed sparsely with the same
 // bits: per block of B = reduce_block tokens, each touched row is a left-to-right chain from
 // -0.0 over that block's tokens touching it (untouched rows are exactly -0.0); blocks merge by
-// the binary counter of DESIGN.md section 2, where a row present on one side only is copied
+// the binary counter of docs/design.md section 2, where a row present on one side only is copied
 // (x + -0.0 == x) and a row present on both sides is added left + right. Untouched rows end as
 // -0.0. The result is the microbatch's subtree of the global token-axis csum.
 //

@@ -1,7 +1,7 @@
 // Collectives on float32 buffers (and exact uint64 ones for fingerprints), chosen by the
-// determinism mode of DESIGN.md section 1.
+// determinism mode of docs/design.md section 1.
 //
-// Determinism contract (invariant mode, DESIGN.md section 2): tree_allreduce over a
+// Determinism contract (invariant mode, docs/design.md section 2): tree_allreduce over a
 // communicator of P = 2^k ranks returns, on every rank, exactly
 //     lockstep::tree_sum({buf of rank 0, ..., buf of rank P-1})
 // i.e. the canonical pairwise tree over ranks in rank order: at step d = 1, 2, 4, ... rank

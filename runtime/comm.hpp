@@ -5,7 +5,7 @@
 // Determinism contract: none by itself (nothing here computes). Every communicator reports
 // whether its size is a power of two; only then can the tree collectives of
 // runtime/collectives.hpp combine aligned subtrees so that the bits do not depend on the
-// layout (DESIGN.md section 2). Every MPI call goes through check_mpi(): communicators use
+// layout (docs/design.md section 2). Every MPI call goes through check_mpi(): communicators use
 // MPI_ERRORS_RETURN and a failed call becomes a lockstep::Error naming the call, the
 // communicator and the rank.
 #pragma once
@@ -50,7 +50,7 @@ class Communicator {
   // "dp (rank 1 of 2)"
   std::string describe() const;
 
-  // Layout invariance of the tree collectives needs a power-of-two group (DESIGN.md
+  // Layout invariance of the tree collectives needs a power-of-two group (docs/design.md
   // section 2). Non-power-of-two groups still reduce deterministically (G1/G2).
   bool power_of_two() const { return size_ > 0 && (size_ & (size_ - 1)) == 0; }
   bool layout_invariant() const { return power_of_two(); }

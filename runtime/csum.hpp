@@ -1,4 +1,4 @@
-// The canonical sum of DESIGN.md section 2, written out literally, plus the canonical tree
+// The canonical sum of docs/design.md section 2, written out literally, plus the canonical tree
 // used to combine subtree results (GEMM K panels, microbatches, ranks).
 //
 // csum(x[0..n)) with block size B:

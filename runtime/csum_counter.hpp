@@ -1,4 +1,4 @@
-// The scalar binary counter of the canonical sum (DESIGN.md section 2) for R independent
+// The scalar binary counter of the canonical sum (docs/design.md section 2) for R independent
 // rows: push block results left to right; equal-weight neighbours merge as soon as both
 // exist (older + newer), and result() folds what is left from the right, which equals the
 // pairwise tree T over the pushed leaves. Used by csum, the LayerNorm/softmax row sums and

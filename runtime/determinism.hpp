@@ -1,4 +1,4 @@
-// The three execution modes of DESIGN.md section 1 and the guarantees each one keeps.
+// The three execution modes of docs/design.md section 1 and the guarantees each one keeps.
 // invariant     : G1-G4; canonical reduction trees everywhere (bits independent of layout).
 // deterministic : G1-G2; fixed but layout-dependent orders (one FMA chain per local K,
 //                 vendor collectives with a pinned algorithm).

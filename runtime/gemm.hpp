@@ -2,7 +2,7 @@
 // row-major, C overwritten (no alpha/beta).
 //
 //   canonical  (invariant mode)     C[i,j] = csum_k A[i,k]*B[k,j] with block B = ctx.reduce_block
-//                                   (DESIGN.md section 2, runtime/csum.hpp): each block an FMA
+//                                   (docs/design.md section 2, runtime/csum.hpp): each block an FMA
 //                                   chain from -0.0, blocks combined by the pairwise tree T.
 //   chain      (deterministic mode) one FMA chain from -0.0 over the whole K per element.
 //   eigen, openblas                 vendor GEMMs; not bitwise reproducible across layouts.

@@ -8,7 +8,7 @@
 // path (xxHash guarantees it; tests/unit/test_hash.cpp checks it bitwise against libxxhash),
 // so hashes agree across CPUs, hosts and builds. Position-aware and layout-dependent, so it is
 // used on whole logical buffers; layout-invariant fingerprints of sharded tensors are the
-// verify module's job (DESIGN.md section 5).
+// verify module's job (docs/design.md section 5).
 #pragma once
 
 #include <cstddef>

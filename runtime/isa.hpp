@@ -42,7 +42,7 @@ struct KernelCtx {
   Isa isa = Isa::scalar;  // the path to take; must be supported by this CPU
   int threads = 1;        // OpenMP threads for this call; never changes bits
   int reduce_block =
-      64;  // B of the canonical sum (DESIGN.md section 2), config numerics.reduce_block
+      64;  // B of the canonical sum (docs/design.md section 2), config numerics.reduce_block
 
   static KernelCtx best(int threads = 1, int reduce_block = 64) {
     return KernelCtx{best_isa(), threads, reduce_block};

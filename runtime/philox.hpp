@@ -1,8 +1,8 @@
 // Philox4x32-10 (Salmon, Moraes, Dror, Shaw, SC'11), the only random number generator in
 // Lockstep, and CounterRng, which names every random word by logical coordinates.
-// Determinism contract (DESIGN.md section 3): no hidden state. A random word is a pure function
-// of (seed, stream, logical index); nothing depends on rank, thread, layout or call order, so a
-// shard computes exactly its own elements and a checkpoint stores only coordinates.
+// Determinism contract (docs/design.md section 3): no hidden state. A random word is a pure
+// function of (seed, stream, logical index); nothing depends on rank, thread, layout or call order,
+// so a shard computes exactly its own elements and a checkpoint stores only coordinates.
 //
 // CounterRng mapping (fixed; changing it changes every run's bits):
 //   key     = { lo32(seed), hi32(seed) }

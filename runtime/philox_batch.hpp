@@ -1,7 +1,7 @@
 // Batched Philox4x32-10 for dropout masks: the words of runtime/philox.hpp's CounterRng, many
 // blocks at a time (structure of arrays, so the compiler vectorizes the rounds; the AVX-512
 // translation unit runs 16 blocks per vector).
-// Determinism contract (DESIGN.md section 3): integer arithmetic only; keep[k] is a pure
+// Determinism contract (docs/design.md section 3): integer arithmetic only; keep[k] is a pure
 // function of (seed, stream, first + k, p), identical on every ISA path and equal to
 //   keep[k] = uniform_at(seed, stream, first + k) >= p     (runtime/random.hpp; that is
 //   fill_uniform's element with lo = 0, hi = 1, since fma(u, 1, 0) == u),

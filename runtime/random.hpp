@@ -1,8 +1,8 @@
 // Uniform and normal float32 tensors from Philox (runtime/philox.hpp), addressed by logical
 // element index, for weight init, dropout masks and anything else random.
-// Determinism contract (DESIGN.md section 3): element i of the logical tensor is a pure function
-// of (seed, stream, i), so any shard (a contiguous range, or a 2-D block of a row-major matrix)
-// generates exactly the bits the full tensor has there, on every ISA path and thread count.
+// Determinism contract (docs/design.md section 3): element i of the logical tensor is a pure
+// function of (seed, stream, i), so any shard (a contiguous range, or a 2-D block of a row-major
+// matrix) generates exactly the bits the full tensor has there, on every ISA path and thread count.
 //
 // How elements consume Philox words (CounterRng: block b = 4 words w[0..3]):
 //   uniform element i: u = uniform01(w[i % 4]) of block i / 4, uniform01(w) = (w >> 8) * 2^-24,

@@ -1,6 +1,6 @@
 // Lockstep's own float32 transcendentals: exp, log, tanh, erf, sinpi, cospi, gelu_tanh and its
 // derivative, as scalar functions and as array kernels dispatched on KernelCtx::isa.
-// Determinism contract (DESIGN.md section 2): built only from IEEE basic operations (+ - * /,
+// Determinism contract (docs/design.md section 2): built only from IEEE basic operations (+ - * /,
 // fma, bit manipulation, compare-and-select); no libm, so the bits never depend on the libm
 // version. Each function is one algorithm (runtime/transcendental_impl.hpp) instantiated for
 // scalar, AVX2 and AVX-512 lanes; all three return the same bits for every input, and the array

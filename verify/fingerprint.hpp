@@ -1,4 +1,4 @@
-// Layout-invariant, position-aware 64-bit tensor fingerprints (DESIGN.md section 5):
+// Layout-invariant, position-aware 64-bit tensor fingerprints (docs/design.md section 5):
 //   fp(T) = sum over logical row-major indices i of mix64(key(T) xor i, bits(T_i))  mod 2^64
 // key(T)    = XXH3-64 of the canonical (logical, unsharded) tensor name's bytes
 //             (lockstep::xxh3_64, seed 0).

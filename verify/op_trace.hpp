@@ -1,4 +1,4 @@
-// The op trace (issue 5, DESIGN.md section 5 `ops/`): per rank, one JSON line per op of a
+// The op trace (issue 5, docs/design.md section 5 `ops/`): per rank, one JSON line per op of a
 // traced step (forward, backward, gradient reduction, optimizer), appended to
 // <run.out>/ops/rank_<5 digits>.jsonl:
 //   {"step":S,"op":"layers.0.mlp.fc1.fwd","occ":K,"in":["hex64",...],"out":"hex64","n":N}

@@ -1,4 +1,4 @@
-// The per-step state trace (DESIGN.md section 5): one JSON line per step in
+// The per-step state trace (docs/design.md section 5): one JSON line per step in
 // `trace.jsonl`, written by global rank 0. Exact scalars are written twice: as a decimal
 // with 9 significant digits (enough to round-trip a float) and as a C99 hex float (the
 // bits, readable by float.fromhex / strtof). `fp` maps logical, canonical state names

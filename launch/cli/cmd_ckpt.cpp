@@ -1,4 +1,4 @@
-// `lockstep ckpt inspect|verify|export DIR`: the checkpoint tools of DESIGN.md section 6.
+// `lockstep ckpt inspect|verify|export DIR`: the checkpoint tools of docs/design.md section 6.
 // DIR is a checkpoint directory or a checkpoints root (then the checkpoint its `latest`
 // names). No MPI: they read files only.
 // Determinism contract: verify recomputes hashes and fingerprints from the shard bytes (a

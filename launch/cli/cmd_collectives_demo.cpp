@@ -2,7 +2,7 @@
 // the training loop lands. Every rank builds the same logical data (a function of the
 // logical index only), owns an aligned slice of the reduction axis (tokens), reduces its
 // slice locally and combines the slices across ranks. It then checks, bit for bit, what
-// the numerical contract (DESIGN.md section 2) promises and reports what the vendor
+// the numerical contract (docs/design.md section 2) promises and reports what the vendor
 // reduction does instead:
 //   1. column sums (bias-gradient shape): local csum + tree_allreduce == single-process csum;
 //   2. weight gradient dW = dY^T X (canonical GEMM over the local tokens + tree_allreduce)

@@ -1,5 +1,5 @@
 // `lockstep data preprocess|inspect|synth`: build and look at Megatron indexed datasets with the
-// byte tokenizer (DESIGN.md sections 5 and 6).
+// byte tokenizer (docs/design.md sections 5 and 6).
 //   preprocess: .jsonl / .json inputs give one document per line from --json-key (a .json file
 //     whose first non-blank byte is '[' is read as one JSON array of objects instead); any other
 //     file is one document. Each document is byte-tokenized (NUL bytes dropped and counted), EOD
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "launch/cli/commands.hpp"
 #include "data/indexed_dataset.hpp"
 #include "data/synthetic_corpus.hpp"
 #include "data/tokenizer.hpp"
+#include "launch/cli/commands.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::cli {

@@ -20,7 +20,8 @@ Runner add_tax(CLI::App& app) {
   sub->add_flag("--interleaved", o->interleaved,
                 "time the modes side by side in each job, one step of each in turn "
                 "(debug.interleave): drift cancels step by step");
-  sub->add_option("--trials", o->trials, "trials (separate runs of every mode, or interleaved jobs)")
+  sub->add_option("--trials", o->trials,
+                  "trials (separate runs of every mode, or interleaved jobs)")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--steps", o->steps, "steps per run")
@@ -34,7 +35,8 @@ Runner add_tax(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--json", o->json, "write the results here (default: OUT/tax.json)");
-  experiments::add_job_options(sub, *o, false, "TOML config (e.g. launch/configs/bench-small.toml)");
+  experiments::add_job_options(sub, *o, false,
+                               "TOML config (e.g. launch/configs/bench-small.toml)");
   return guarded([o] { return experiments::tax(*o); });
 }
 

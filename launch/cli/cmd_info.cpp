@@ -1,5 +1,5 @@
 // `lockstep info`: what this build is. These are the facts a checkpoint and a trace record
-// about the build (DESIGN.md section 2).
+// about the build (docs/design.md section 2).
 #include <omp.h>
 
 #include <cstdio>

@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "launch/cli/commands.hpp"
-#include "launch/train/config.hpp"
 #include "launch/experiments/subprocess.hpp"
+#include "launch/train/config.hpp"
 #include "launch/train/validate.hpp"
 #include "lockstep/build_info.hpp"
 #include "lockstep/mpirun_flags.hpp"
@@ -168,11 +168,11 @@ int run(RunOptions o) {
   std::vector<std::pair<std::string, std::string>> envs = {{"OMP_NUM_THREADS", threads},
                                                            {"OPENBLAS_NUM_THREADS", threads}};
   // OpenMP places only where our own kernels run the threads: OpenBLAS's pthreads inherit a
-  // pinned master thread's single core (NOTES.md), so fast mode keeps OpenMP unpinned when
-  // its GEMM is OpenBLAS's (a CPU without AVX-512 here; the ranks run on alike hosts).
-  const bool openblas_threads =
-      cfg.run.determinism == Determinism::fast &&
-      fastest_gemm_impl(resolve_isa(cfg.run.isa)) == GemmImpl::openblas;
+  // pinned master thread's single core (OMP_PROC_BIND=spread halved 2-thread OpenBLAS on
+  // these hosts), so fast mode keeps OpenMP unpinned when its GEMM is OpenBLAS's (a CPU
+  // without AVX-512 here; the ranks run on alike hosts).
+  const bool openblas_threads = cfg.run.determinism == Determinism::fast &&
+                                fastest_gemm_impl(resolve_isa(cfg.run.isa)) == GemmImpl::openblas;
   if (bind != "none" && !openblas_threads)
     envs.insert(envs.end(), {{"OMP_PROC_BIND", "close"}, {"OMP_PLACES", "cores"}});
   if (build_info::kCuda && cfg.run.determinism != Determinism::fast)

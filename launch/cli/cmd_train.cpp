@@ -65,7 +65,7 @@ Runner add_train(CLI::App& app) {
     }
     return run_ranks(argc, argv, [&cfg](Context& mpi) {
       return !cfg.debug.interleave.on() ? train(cfg, mpi)
-                                          : experiments::train_interleaved(cfg, mpi);
+                                        : experiments::train_interleaved(cfg, mpi);
     });
   };
 }

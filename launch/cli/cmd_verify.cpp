@@ -20,8 +20,8 @@
 
 #include "checkpoint/meta.hpp"
 #include "launch/cli/commands.hpp"
-#include "launch/train/config.hpp"
 #include "launch/experiments/subprocess.hpp"
+#include "launch/train/config.hpp"
 #include "model/gpt.hpp"
 #include "runtime/error.hpp"
 #include "verify/compare.hpp"

@@ -36,7 +36,7 @@ Runner add_data(CLI::App& app);
 Runner add_run(CLI::App& app);
 // `lockstep train`: the per-rank training program.
 Runner add_train(CLI::App& app);
-// The experiments (DESIGN.md section 7): resume-check (G2), layout-check (G3), tax (step
+// The experiments (docs/design.md section 7): resume-check (G2), layout-check (G3), tax (step
 // time per mode), lab (the replay lab).
 Runner add_resume_check(CLI::App& app);
 Runner add_layout_check(CLI::App& app);

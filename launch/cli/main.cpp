@@ -1,4 +1,4 @@
-// build/bin/lockstep: the per-rank CLI (DESIGN.md section 6). launch/lockstep forwards
+// build/bin/lockstep: the per-rank CLI (docs/design.md section 6). launch/lockstep forwards
 // every command it does not handle itself here. Bad input gets one clear line and a
 // non-zero exit before any rank starts work.
 #include <CLI/CLI.hpp>

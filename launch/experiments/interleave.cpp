@@ -91,8 +91,7 @@ class Interleaver : public StepDriver {
 
 int train_interleaved(const config::Config& cfg, Context& mpi) {
   Interleaver driver(cfg, mpi);
-  return train(config::with_run_mode(cfg, cfg.debug.interleave.modes.at(0)), mpi,
-               driver);
+  return train(config::with_run_mode(cfg, cfg.debug.interleave.modes.at(0)), mpi, driver);
 }
 
 }  // namespace lockstep::experiments

@@ -1,4 +1,4 @@
-// `lockstep lab [--model regression|gpt] --out DIR`: the replay lab (DESIGN.md section 7).
+// `lockstep lab [--model regression|gpt] --out DIR`: the replay lab (docs/design.md section 7).
 // regression: launch/experiments/lab_regression.hpp in process (100 steps, five scenarios, >= 15
 // checks). gpt: the same scenarios through the trainer (launch/experiments/lab_gpt.hpp). Both write
 // DIR/summary.json ({"checks_passed", "summary": [...], "reference_final_loss"}),
@@ -104,7 +104,8 @@ int lab(const LabOptions& o) {
 
   const std::string script = find_plot_script(o.plot_script);
   if (script.empty()) {
-    std::printf("lab: figures skipped: launch/experiments/lab_plot.py not found (set LOCKSTEP_ROOT)\n");
+    std::printf(
+        "lab: figures skipped: launch/experiments/lab_plot.py not found (set LOCKSTEP_ROOT)\n");
   } else {
     const int rc = proc::run(
         {std::filesystem::exists("/usr/bin/python3") ? "/usr/bin/python3" : "python3", script,

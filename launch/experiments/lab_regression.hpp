@@ -1,4 +1,4 @@
-// The replay lab on the regression MLP (DESIGN.md section 7): a float32 MLP trained with
+// The replay lab on the regression MLP (docs/design.md section 7): a float32 MLP trained with
 // Adam on synthetic data for 100 steps, and five scenarios replayed against a reference
 // run: the same seed with full state; a full checkpoint at step 40 written to a file and
 // restored; the reversed reduction order over the batch; the optimizer state reset at 40

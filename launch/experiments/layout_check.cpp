@@ -4,7 +4,7 @@
 // every run's trace is byte-identical to the first run's, FAIL (exit 1) otherwise. For a
 // layout where config::guarantees says G3 does not hold, it prints why (a difference there
 // is what the contract predicts, and still a FAIL: the runs are not interchangeable).
-// Determinism contract: compares bytes only; what it tests is G3 (DESIGN.md section 1).
+// Determinism contract: compares bytes only; what it tests is G3 (docs/design.md section 1).
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -12,10 +12,10 @@
 #include <string>
 #include <vector>
 
-#include "launch/experiments/layout_check.hpp"
-#include "launch/train/config.hpp"
 #include "launch/experiments/job_options.hpp"
+#include "launch/experiments/layout_check.hpp"
 #include "launch/experiments/subprocess.hpp"
+#include "launch/train/config.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
 
@@ -62,7 +62,8 @@ int layout_check(const LayoutCheckOptions& o) {
         "pass two or more layouts (--layouts 1x1,1x2) or microbatch sizes");
   std::filesystem::create_directories(o.out);
   std::printf("layout-check: %zu runs of %lld steps (%s), out %s\n", variants.size(),
-              static_cast<long long>(base.run.steps), determinism_name(base.run.determinism), o.out.c_str());
+              static_cast<long long>(base.run.steps), determinism_name(base.run.determinism),
+              o.out.c_str());
   std::vector<std::string> no_g3;
   for (const auto& v : variants) {
     config::Config c = base;

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
-#include "launch/experiments/resume_check.hpp"
-#include "launch/train/config.hpp"
 #include "launch/experiments/job_options.hpp"
+#include "launch/experiments/resume_check.hpp"
 #include "launch/experiments/subprocess.hpp"
+#include "launch/train/config.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
 

@@ -27,10 +27,10 @@
 #include <thread>
 #include <vector>
 
-#include "launch/experiments/tax.hpp"
-#include "launch/train/config.hpp"
 #include "launch/experiments/job_options.hpp"
 #include "launch/experiments/subprocess.hpp"
+#include "launch/experiments/tax.hpp"
+#include "launch/train/config.hpp"
 #include "launch/train/modes.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
@@ -146,8 +146,8 @@ int tax(const TaxOptions& o) {
       for (const auto& [step, ms] : proc::read_mode_step_ms(out + "/tax_steps.jsonl")) {
         if (step <= o.skip) continue;
         for (const auto& m : modes) {
-          check(ms.count(m) > 0, out + "/tax_steps.jsonl lacks mode " + m + " at step " +
-                                     std::to_string(step));
+          check(ms.count(m) > 0,
+                out + "/tax_steps.jsonl lacks mode " + m + " at step " + std::to_string(step));
           trial[m].push_back(ms.at(m));
           if (ms.count("fast"))
             per_mode[m].paired_pct.push_back(100.0 * (ms.at(m) / ms.at("fast") - 1.0));
@@ -166,9 +166,8 @@ int tax(const TaxOptions& o) {
   } else {
     std::printf("[%d/%d] warm-up (%s) ...\n", ++n, runs, modes[0].c_str());
     std::fflush(stdout);
-    proc::run_job_or_throw(job(config::run_mode_sets(modes[0], o.skip + 1), o.out + "/warmup",
-                               o.skip + 1),
-                           "warm-up");
+    proc::run_job_or_throw(
+        job(config::run_mode_sets(modes[0], o.skip + 1), o.out + "/warmup", o.skip + 1), "warm-up");
     for (int t = 0; t < o.trials; ++t) {
       for (std::size_t i = 0; i < modes.size(); ++i) {
         const std::string& mode = modes[(i + static_cast<std::size_t>(t)) % modes.size()];
@@ -239,8 +238,8 @@ int tax(const TaxOptions& o) {
                              {"ci95", {clo, chi}},
                              {"n", pp.size()},
                              {o.interleaved ? "per_step" : "per_trial", pp}};
-      std::snprintf(paired, sizeof paired, "%+.1f%% [%+.1f, %+.1f] (%+.1f..%+.1f)", pmed, clo,
-                    chi, *plo, *phi);
+      std::snprintf(paired, sizeof paired, "%+.1f%% [%+.1f, %+.1f] (%+.1f..%+.1f)", pmed, clo, chi,
+                    *plo, *phi);
     } else {
       e["tax_pct"] = nullptr;
       e["paired_tax_pct"] = nullptr;

@@ -5,7 +5,7 @@
 # its own (the root namespace gets no link and no address), gives host i the address
 # 10.231.0.i/24 on a veth pair, and runs COMMAND as host h1 (inside its namespace, under
 # `unshare --uts` with its own hostname: Open MPI names per-host session directories after
-# the hostname, and namespaces share /tmp, so each needs its own; see ../shared/NOTES.md).
+# the hostname, and namespaces share /tmp, so each needs its own; see docs/experiments.md).
 # COMMAND sees:
 #   NETNS_HOSTFILE   an Open MPI hostfile "hI slots=1" per host
 #   NETNS_MPI_ARGS   the mpirun arguments for this cluster: the launch agent

@@ -4,9 +4,9 @@
 #include <algorithm>
 #include <charconv>
 #include <cstdio>
-#include <type_traits>
 #include <fstream>
 #include <sstream>
+#include <type_traits>
 
 #include "launch/train/modes.hpp"
 #include "runtime/error.hpp"
@@ -37,17 +37,19 @@ KeyInfo key(std::string name, std::string help, At at) {
   } else {
     k.field = [at](Config& c) -> FieldRef {
       T* f = &at(c);
-      return TextField{[f] { return f->text(); },
-                       [f](const std::string& text, const std::string& what) {
-                         *f = T::parse(text, what);
-                       }};
+      return TextField{
+          [f] { return f->text(); },
+          [f](const std::string& text, const std::string& what) { *f = T::parse(text, what); }};
     };
   }
   return k;
 }
 
 // The field a key names: AT(model.vocab) is [](Config& c) -> auto& { return c.model.vocab; }.
-#define AT(path) [](Config & c) -> auto& { return c.path; }
+#define AT(path)            \
+  [](Config & c) -> auto& { \
+    return c.path;          \
+  }
 
 std::vector<KeyInfo> make_keys() {
   return {
@@ -70,7 +72,8 @@ std::vector<KeyInfo> make_keys() {
       key("optim.beta1", "AdamW beta1", AT(optim.adamw.beta1)),
       key("optim.beta2", "AdamW beta2", AT(optim.adamw.beta2)),
       key("optim.eps", "AdamW epsilon", AT(optim.adamw.eps)),
-      key("optim.weight_decay", "decoupled weight decay (2-D weights only)", AT(optim.adamw.weight_decay)),
+      key("optim.weight_decay", "decoupled weight decay (2-D weights only)",
+          AT(optim.adamw.weight_decay)),
       key("optim.clip", "global gradient-norm clip (0: off)", AT(optim.clip)),
       key("data.path", "indexed dataset prefix (empty: built-in synthetic corpus)", AT(data.path)),
       key("data.global_batch", "sequences per step", AT(data.global_batch)),
@@ -81,24 +84,44 @@ std::vector<KeyInfo> make_keys() {
       key("run.threads", "OpenMP threads per rank (0: cores / ranks)", AT(run.threads)),
       key("run.resume", "auto | none | checkpoint path", AT(run.resume)),
       key("run.isa", "kernel ISA path (never changes bits)", AT(run.isa)),
-      key("run.stop_at", "stop after this step as if preempted: checkpoint and exit 0 (0: off)", AT(run.stop_at)),
+      key("run.stop_at", "stop after this step as if preempted: checkpoint and exit 0 (0: off)",
+          AT(run.stop_at)),
       key("ckpt.interval", "checkpoint every N steps (0: at the end only)", AT(ckpt.interval)),
       key("ckpt.keep", "keep the newest N checkpoints (0: all)", AT(ckpt.keep)),
       key("ckpt.save", "write checkpoints", AT(ckpt.save)),
-      key("ckpt.async", "write checkpoints from a background thread (in-memory snapshot)", AT(ckpt.async)),
-      key("ckpt.load_optim", "resume: load the AdamW moments (false: restart them at zero)", AT(ckpt.load_optim)),
-      key("ckpt.load_data", "resume: load the data order (false: restart it at epoch 0)", AT(ckpt.load_data)),
-      key("ckpt.allow_contract_change", "resume across a change of run.determinism / numerics.reduce_block", AT(ckpt.allow_contract_change)),
+      key("ckpt.async", "write checkpoints from a background thread (in-memory snapshot)",
+          AT(ckpt.async)),
+      key("ckpt.load_optim", "resume: load the AdamW moments (false: restart them at zero)",
+          AT(ckpt.load_optim)),
+      key("ckpt.load_data", "resume: load the data order (false: restart it at epoch 0)",
+          AT(ckpt.load_data)),
+      key("ckpt.allow_contract_change",
+          "resume across a change of run.determinism / numerics.reduce_block",
+          AT(ckpt.allow_contract_change)),
       key("verify.hash", "fingerprint kind", AT(verify.hash)),
-      key("verify.fingerprint_version", "lockstep fingerprint version: 2 (default), 1 to compare with runs of Lockstep before checkpoint format 2", AT(verify.fingerprint_version)),
-      key("verify.state_interval", "fingerprint all state into trace.jsonl every N steps (0: only the exact scalars)", AT(verify.state_interval)),
-      key("verify.replica_check_interval", "cross-replica check every N steps (0: off)", AT(verify.replica_check_interval)),
+      key("verify.fingerprint_version",
+          "lockstep fingerprint version: 2 (default), 1 to compare with runs of Lockstep before "
+          "checkpoint format 2",
+          AT(verify.fingerprint_version)),
+      key("verify.state_interval",
+          "fingerprint all state into trace.jsonl every N steps (0: only the exact scalars)",
+          AT(verify.state_interval)),
+      key("verify.replica_check_interval", "cross-replica check every N steps (0: off)",
+          AT(verify.replica_check_interval)),
       key("verify.ops", "op-trace step range A-B (empty: off)", AT(verify.ops)),
       key("numerics.reduce_block", "block size B of the canonical sum", AT(numerics.reduce_block)),
-      key("debug.perturb", "op whose reduction order is perturbed (testing the tools)", AT(debug.perturb)),
-      key("debug.bitflip", "RANK:STEP:TENSOR bit flip (testing the replica guard)", AT(debug.bitflip)),
-      key("debug.kill_in_save", "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)", AT(debug.kill_in_save)),
-      key("debug.interleave", "timing experiment (lockstep tax --interleaved): two or more modes trained side by side in this process on their own state, one step of each in turn; the first writes trace.jsonl and metrics.jsonl, the step times of all go to tax_steps.jsonl", AT(debug.interleave)),
+      key("debug.perturb", "op whose reduction order is perturbed (testing the tools)",
+          AT(debug.perturb)),
+      key("debug.bitflip", "RANK:STEP:TENSOR bit flip (testing the replica guard)",
+          AT(debug.bitflip)),
+      key("debug.kill_in_save",
+          "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)",
+          AT(debug.kill_in_save)),
+      key("debug.interleave",
+          "timing experiment (lockstep tax --interleaved): two or more modes trained side by side "
+          "in this process on their own state, one step of each in turn; the first writes "
+          "trace.jsonl and metrics.jsonl, the step times of all go to tax_steps.jsonl",
+          AT(debug.interleave)),
   };
 }
 #undef AT
@@ -323,9 +346,9 @@ BitFlip BitFlip::parse(const std::string& text, const std::string& what) {
   if (text.empty()) return b;
   long long rank = -1, step = 0;
   int used = 0;
-  const bool ok = std::sscanf(text.c_str(), "%lld:%lld:%n", &rank, &step, &used) == 2 &&
-                  used > 0 && static_cast<std::size_t>(used) < text.size() && rank >= 0 &&
-                  step >= 1 && text.find_first_of(" \t", static_cast<std::size_t>(used)) == std::string::npos;
+  const bool ok = std::sscanf(text.c_str(), "%lld:%lld:%n", &rank, &step, &used) == 2 && used > 0 &&
+                  static_cast<std::size_t>(used) < text.size() && rank >= 0 && step >= 1 &&
+                  text.find_first_of(" \t", static_cast<std::size_t>(used)) == std::string::npos;
   check(ok, what + " = '" + text + "' is not RANK:STEP:TENSOR with RANK >= 0 and STEP >= 1",
         "e.g. debug.bitflip=1:3:param/embed.weight");
   b.rank = static_cast<int>(rank);
@@ -343,10 +366,10 @@ KillInSave KillInSave::parse(const std::string& text, const std::string& what) {
   if (text.empty()) return k;
   long long rank = -1, step = 0;
   char tail = 0;
-  check(std::sscanf(text.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 && rank >= 0 &&
-            step >= 1,
-        what + " = '" + text + "' is not RANK:STEP with RANK >= 0 and STEP >= 1",
-        "e.g. debug.kill_in_save=1:4");
+  check(
+      std::sscanf(text.c_str(), "%lld:%lld%c", &rank, &step, &tail) == 2 && rank >= 0 && step >= 1,
+      what + " = '" + text + "' is not RANK:STEP with RANK >= 0 and STEP >= 1",
+      "e.g. debug.kill_in_save=1:4");
   k.rank = static_cast<int>(rank);
   k.step = step;
   return k;

@@ -39,8 +39,8 @@ struct RunSection {
   std::int64_t seed = 1234;
   std::string out = "runs/default";
   Determinism determinism = Determinism::invariant;
-  std::int64_t threads = 0;      // OpenMP threads per rank; 0: cores / ranks
-  std::string resume = "none";   // auto | none | PATH
+  std::int64_t threads = 0;              // OpenMP threads per rank; 0: cores / ranks
+  std::string resume = "none";           // auto | none | PATH
   IsaChoice isa = IsaChoice::automatic;  // never changes bits
   std::int64_t stop_at = 0;  // stop after this step as if preempted (0: run all run.steps)
 };

@@ -1,4 +1,4 @@
-// Gradient synchronisation and optimizer state of one rank (the middle of DESIGN.md section
+// Gradient synchronisation and optimizer state of one rank (the middle of docs/design.md section
 // 4's training step): microbatch subtrees -> canonical DP reduction (tree allreduce, or the
 // ZeRO-1 tree reduce-scatter) -> gradient terms combined -> update slices (whole local
 // parameters, or this DP rank's segments under ZeRO) -> after AdamW, ZeRO allgathers the

@@ -1,4 +1,4 @@
-// The per-step state fingerprints of trace.jsonl (DESIGN.md section 5) and the
+// The per-step state fingerprints of trace.jsonl (docs/design.md section 5) and the
 // cross-replica guard (verify.replica_check_interval). Every step, each state group
 // (param/, grad/, adam_m/, adam_v/) is fingerprinted over logical tensors: every rank
 // hashes the pieces it owns (launch/train/grad_sync.hpp: one owner per logical element), and one
@@ -28,7 +28,6 @@
 #include "verify/fingerprint.hpp"
 
 namespace lockstep {
-
 
 using Fingerprints = std::vector<std::pair<std::string, std::uint64_t>>;
 

@@ -47,8 +47,7 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
   n_mb_ = per_rank_ / mb_;
   dataset_ = std::make_unique<data::GptDataset>(data::open_token_source(cfg_.data, seed), ctx,
                                                 cfg_.model.vocab);
-  sampler_ = std::make_unique<data::Sampler>(
-      data::SamplerConfig{dataset_->num_samples(), G, seed});
+  sampler_ = std::make_unique<data::Sampler>(data::SamplerConfig{dataset_->num_samples(), G, seed});
 
   // ---- model, optimizer state and the traces ----------------------------------------------
   model_ = std::make_unique<Gpt>(cfg_.model, grid_, mode, kctx_);
@@ -107,8 +106,8 @@ float TrainJob::forward_backward(std::int64_t step) {
   for (std::int64_t m = 0; m < n_mb_; ++m) {
     sampler_->fill_microbatch(*dataset_, dp, dp_rank, mb_, m, tokens_.data(), labels_.data());
     for (std::int64_t j = 0; j < mb_; ++j) seq_ids_[j] = dp_rank * per_rank_ + m * mb_ + j;
-    const float loss_sum = model_->forward_backward(tokens_.data(), labels_.data(),
-                                                    seq_ids_.data(), mb_, step, loss_scale);
+    const float loss_sum = model_->forward_backward(tokens_.data(), labels_.data(), seq_ids_.data(),
+                                                    mb_, step, loss_scale);
     sync_->push_microbatch();
     loss_counter.push(&loss_sum);
   }

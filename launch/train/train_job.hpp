@@ -68,7 +68,7 @@ class TrainJob {
   const Communicator& world_;
   KernelCtx kctx_;
   Grid grid_;
-  LrScheduleConfig schedule_;  // cfg.optim's, total_steps = run.steps
+  LrScheduleConfig schedule_;                      // cfg.optim's, total_steps = run.steps
   std::int64_t mb_ = 0, per_rank_ = 0, n_mb_ = 0;  // sequences per microbatch / rank; count
   std::unique_ptr<data::GptDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
@@ -76,8 +76,8 @@ class TrainJob {
   std::unique_ptr<GradSync> sync_;
   std::unique_ptr<StateTrace> state_;
   std::unique_ptr<OpTrace> ops_;
-  std::size_t bitflip_param_ = 0;            // debug.bitflip's tensor (when on)
-  std::vector<AdamWTensor> update_tensors_;  // the update slices, for the fused clip + AdamW
+  std::size_t bitflip_param_ = 0;              // debug.bitflip's tensor (when on)
+  std::vector<AdamWTensor> update_tensors_;    // the update slices, for the fused clip + AdamW
   std::vector<std::int32_t> tokens_, labels_;  // [mb * context]
   std::vector<std::int64_t> seq_ids_;          // [mb]
 };

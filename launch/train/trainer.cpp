@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "checkpoint/checkpoint.hpp"
-#include "launch/train/preemption.hpp"
 #include "data/sampler.hpp"
+#include "launch/train/preemption.hpp"
 #include "launch/train/state_trace.hpp"
 #include "launch/train/train_job.hpp"
 #include "launch/train/validate.hpp"
@@ -126,10 +126,9 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
                  {"isa", isa_name(kctx.isa)}};
   r["sampler"] = sampler.to_json();
   r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
-  r["lr"] = {
-      {"last", lr_of_step},
-      {"schedule", lr_schedule_name(cfg.optim.schedule.schedule)},
-      {"total_steps", cfg.run.steps}};
+  r["lr"] = {{"last", lr_of_step},
+             {"schedule", lr_schedule_name(cfg.optim.schedule.schedule)},
+             {"total_steps", cfg.run.steps}};
   r["build"] = {{"version", build_info::kVersion},
                 {"compiler", build_info::kCompiler},
                 {"build_type", build_info::kBuildType},
@@ -250,8 +249,8 @@ class Checkpointer {
     opt.kill_rank = at == cfg_.debug.kill_in_save.step ? cfg_.debug.kill_in_save.rank : -1;
     StateTrace& state = job_.state();
     opt.fingerprint_version = state.fp_version();
-    const auto run = run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(),
-                               lr_of_step);
+    const auto run =
+        run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(), lr_of_step);
     const bool root = world_.rank() == 0;
     const auto t0 = Clock::now();
     if (cfg_.ckpt.async) {

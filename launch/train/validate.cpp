@@ -60,8 +60,8 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   // The specs' syntax was checked when they were parsed (launch/train/config.hpp); what needs
   // the world size is checked here.
   need(!c.debug.bitflip.on() || c.debug.bitflip.rank < world_size,
-       "debug.bitflip = '" + c.debug.bitflip.text() + "' names rank " +
-           str(c.debug.bitflip.rank) + ", but the job has " + str(world_size) + " rank(s)");
+       "debug.bitflip = '" + c.debug.bitflip.text() + "' names rank " + str(c.debug.bitflip.rank) +
+           ", but the job has " + str(world_size) + " rank(s)");
   need(c.debug.kill_in_save.rank < world_size,
        "debug.kill_in_save = '" + c.debug.kill_in_save.text() + "' names rank " +
            str(c.debug.kill_in_save.rank) + ", but the job has " + str(world_size) + " rank(s)");

@@ -1,7 +1,7 @@
 // Validation of a run configuration against a layout, before any work starts, and the
-// statement of which guarantees (DESIGN.md section 1: G1-G4) that layout gets and why.
+// statement of which guarantees (docs/design.md section 1: G1-G4) that layout gets and why.
 // Determinism contract: the G3/G4 verdict is exactly the condition under which every
-// reduction of a step is an aligned subtree of its canonical sum (DESIGN.md section 2):
+// reduction of a step is an aligned subtree of its canonical sum (docs/design.md section 2):
 // power-of-two TP and DP groups, and every split reduction axis (row-parallel K per TP
 // rank, the vocab shard, a microbatch's tokens, a DP rank's tokens) holding a power-of-two
 // number of whole blocks of numerics.reduce_block.

@@ -59,8 +59,7 @@ void backward_blocks(const KernelCtx& ctx, const float* dy, const float* xhat, c
   const int B = ctx.reduce_block;
   switch (ctx.isa) {
     case Isa::avx512:
-      return backward_blocks_avx512(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B,
-                                    leaves);
+      return backward_blocks_avx512(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);
     case Isa::avx2:
       return backward_blocks_avx2(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);
     case Isa::scalar:

@@ -42,21 +42,21 @@ void fold_leaves(const KernelCtx& ctx, const float* leaves, std::int64_t U, std:
                  std::int64_t j0, std::int64_t w, float* dw, float* db);
 
 // The per-ISA instantiations of model/kernels/ln_rows_impl.hpp behind the dispatch above.
-#define LOCKSTEP_LN_ROWS_DECLARE(SUFFIX)                                                          \
-  void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,        \
-                             std::int64_t r1, std::int64_t n, const float* w, const float* b,     \
-                             float eps, int B, float* xhat, float* rstd, float* y);               \
-  void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,              \
-                              const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,   \
-                              float* dx_out, bool accumulate, int B);                             \
-  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,               \
-                                std::int64_t n, std::int64_t j0, std::int64_t w, int B,           \
-                                float* dw, float* db);                                    \
-  void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,            \
-                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,  \
-                                std::int64_t u1, float* dx_out, bool accumulate, int B,           \
-                                float* leaves);                                                   \
-  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0, \
+#define LOCKSTEP_LN_ROWS_DECLARE(SUFFIX)                                                           \
+  void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,         \
+                             std::int64_t r1, std::int64_t n, const float* w, const float* b,      \
+                             float eps, int B, float* xhat, float* rstd, float* y);                \
+  void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,               \
+                              const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,    \
+                              float* dx_out, bool accumulate, int B);                              \
+  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,                \
+                                std::int64_t n, std::int64_t j0, std::int64_t w, int B, float* dw, \
+                                float* db);                                                        \
+  void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,             \
+                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,   \
+                                std::int64_t u1, float* dx_out, bool accumulate, int B,            \
+                                float* leaves);                                                    \
+  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,  \
                             std::int64_t w, float* dw, float* db);
 LOCKSTEP_LN_ROWS_DECLARE(scalar)
 LOCKSTEP_LN_ROWS_DECLARE(avx2)

@@ -1,4 +1,4 @@
-// The canonical sum of DESIGN.md section 2 (runtime/csum.hpp) as host/device building blocks:
+// The canonical sum of docs/design.md section 2 (runtime/csum.hpp) as host/device building blocks:
 // a block chain from -0.0 and the binary counter that combines block results by the pairwise
 // tree T. The CUDA kernels and their CPU tests use these same functions.
 // Determinism contract: TreeCounter<N> gives, for leaves pushed left to right, exactly

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""docs.cli_current: docs/cli.md must be exactly what the built CLI generates from its option
+"""layering.cli_doc: docs/cli.md must be exactly what the built CLI generates from its option
 tables and the config key table (`lockstep docs cli`). Usage: check_cli_doc.py LOCKSTEP SOURCE_DIR.
 On a difference it prints the first differing lines and how to regenerate; exit 1."""
 import difflib
@@ -15,11 +15,11 @@ try:
 except FileNotFoundError:
     committed = ""
 if generated == committed:
-    print(f"docs.cli_current: {path} is current ({len(generated.splitlines())} lines)")
+    print(f"layering.cli_doc: {path} is current ({len(generated.splitlines())} lines)")
     sys.exit(0)
 diff = list(difflib.unified_diff(committed.splitlines(), generated.splitlines(),
                                  "docs/cli.md (committed)", "lockstep docs cli", lineterm="", n=1))
 print("\n".join(diff[:40]))
-print(f"docs.cli_current: {path} is out of date; regenerate it with: "
+print(f"layering.cli_doc: {path} is out of date; regenerate it with: "
       f"{lockstep} docs cli > docs/cli.md")
 sys.exit(1)

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Independent re-implementation of verify/fingerprint.hpp (DESIGN.md section 5) with the
+"""Independent re-implementation of verify/fingerprint.hpp (docs/design.md section 5) with the
 Python standard library only, run by tests/unit/test_fingerprint.cpp.
 
 usage: fingerprint_ref.py KEY_HEX N SEED

@@ -1,6 +1,6 @@
-// The fused causal attention GEMMs (model/kernels/attn_gemm.hpp) against the canonical and chain GEMMs
-// of runtime/gemm.hpp on full-size operands: scores bit for bit on the causal part; prefix and
-// suffix bit for bit on every nonzero element and zero where the GEMM gives a zero (the
+// The fused causal attention GEMMs (model/kernels/attn_gemm.hpp) against the canonical and chain
+// GEMMs of runtime/gemm.hpp on full-size operands: scores bit for bit on the causal part; prefix
+// and suffix bit for bit on every nonzero element and zero where the GEMM gives a zero (the
 // caller's row fix-up then makes those rows exact; the model's CausalGemms, tested end to end in
 // test_model.cpp). Shapes: C from 16 to 256 (C a multiple of B or not, C < B; C 112 and 208
 // with B 16 give 7 and 13 leaves, whose trees end in a fold over two and three levels),

@@ -111,7 +111,8 @@ TEST_CASE("exact-mode scans == their literal definition, every ISA path", "[mode
         // Plant a few zeros (+0, -0, a subnormal that is not zero) and non-finite values.
         const float plant[] = {0.0f, -0.0f, 1e-45f, -inf, inf, nan, 3.0f};
         for (int p = 0; p < 3; ++p) {
-          const auto i = static_cast<std::int64_t>(next() % rows), c = static_cast<std::int64_t>(next() % n);
+          const auto i = static_cast<std::int64_t>(next() % rows),
+                     c = static_cast<std::int64_t>(next() % n);
           x[i * ld + c] = plant[next() % 7];
         }
         CAPTURE(isa_name(isa), n, seed);

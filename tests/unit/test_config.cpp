@@ -145,11 +145,11 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
 
 TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
   // Specs are parsed when they are read: a malformed one is refused by the override itself.
-  for (const char* set : {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2", "debug.bitflip=0:1",
-                          "debug.bitflip=1:0:param/x", "debug.kill_in_save=0",
-                          "debug.interleave=fast", "debug.interleave=fast,fast",
-                          "debug.interleave=fast,quick", "debug.interleave=,",
-                          "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step"}) {
+  for (const char* set :
+       {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2", "debug.bitflip=0:1",
+        "debug.bitflip=1:0:param/x", "debug.kill_in_save=0", "debug.interleave=fast",
+        "debug.interleave=fast,fast", "debug.interleave=fast,quick", "debug.interleave=,",
+        "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step"}) {
     Config c = tiny();
     INFO(set);
     const std::string key(set, std::string(set).find('='));
@@ -163,10 +163,10 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
     INFO(set);
     REQUIRE(config_problems(c, 2).size() == 1);
   }
-  for (const char* set : {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/x",
-                          "debug.kill_in_save=1:2", "ckpt.interval=5", "run.stop_at=3",
-                          "debug.interleave=fast,invariant",
-                          "debug.interleave=invariant+optrace,deterministic,fast"}) {
+  for (const char* set :
+       {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/x", "debug.kill_in_save=1:2",
+        "ckpt.interval=5", "run.stop_at=3", "debug.interleave=fast,invariant",
+        "debug.interleave=invariant+optrace,deterministic,fast"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
@@ -190,10 +190,10 @@ TEST_CASE("enum keys and specs are typed at load and written back as read") {
   REQUIRE((c.debug.kill_in_save.rank == 1 && c.debug.kill_in_save.step == 2));
   REQUIRE(c.debug.interleave.modes == std::vector<std::string>{"fast", "invariant"});
   const std::string text = to_toml(c);
-  for (const char* line : {"determinism = \"deterministic\"", "isa = \"avx2\"",
-                           "hash = \"torch-xor\"", "schedule = \"linear\"", "ops = \"2-4\"",
-                           "bitflip = \"1:3:param/x\"", "kill_in_save = \"1:2\"",
-                           "interleave = \"fast,invariant\""})
+  for (const char* line :
+       {"determinism = \"deterministic\"", "isa = \"avx2\"", "hash = \"torch-xor\"",
+        "schedule = \"linear\"", "ops = \"2-4\"", "bitflip = \"1:3:param/x\"",
+        "kill_in_save = \"1:2\"", "interleave = \"fast,invariant\""})
     CHECK(text.find(line) != std::string::npos);
   Config d;
   load_toml_text(d, text, "resolved");

@@ -1,4 +1,4 @@
-// Bitwise tests of the canonical sum (DESIGN.md section 2) against an independent, literal
+// Bitwise tests of the canonical sum (docs/design.md section 2) against an independent, literal
 // recursive definition, and of its shard/thread/ISA independence.
 #include <catch2/catch.hpp>
 

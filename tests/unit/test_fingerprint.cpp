@@ -64,7 +64,9 @@ std::vector<float> ref_data(std::size_t n, std::uint64_t seed) {
 
 // The source tree (tests/CMakeLists.txt defines it; __FILE__ can be relative, e.g. under
 // ccache's base_dir).
-std::string source_root() { return LOCKSTEP_SOURCE_DIR; }
+std::string source_root() {
+  return LOCKSTEP_SOURCE_DIR;
+}
 
 }  // namespace
 

@@ -94,8 +94,8 @@ constexpr float kSentinel = 12345.678f;
 std::vector<float> run(const KernelCtx& ctx, GemmImpl impl, const Problem& p,
                        const float* a = nullptr) {
   std::vector<float> C(static_cast<std::size_t>(std::max<std::int64_t>(1, p.M * p.ldc)), kSentinel);
-  gemm(ctx, impl, p.ta, p.tb, p.M, p.N, p.K, a ? a : p.A.data(), p.lda, p.B.data(), p.ldb,
-       C.data(), p.ldc);
+  gemm(ctx, impl, p.ta, p.tb, p.M, p.N, p.K, a ? a : p.A.data(), p.lda, p.B.data(), p.ldb, C.data(),
+       p.ldc);
   for (std::int64_t i = 0; i < p.M; ++i)
     for (std::int64_t j = p.N; j < p.ldc; ++j)
       if (bits(C[i * p.ldc + j]) != bits(kSentinel)) FAIL("GEMM wrote past column N");

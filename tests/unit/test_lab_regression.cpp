@@ -1,5 +1,5 @@
-// The replay lab on the regression MLP (launch/experiments/lab_regression.hpp): every check passes on the
-// default lab, the summary is bitwise reproducible, and the checks are able to fail.
+// The replay lab on the regression MLP (launch/experiments/lab_regression.hpp): every check passes
+// on the default lab, the summary is bitwise reproducible, and the checks are able to fail.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <string>

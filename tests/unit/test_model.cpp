@@ -187,8 +187,8 @@ TEST_CASE("GPT: gradients are overwritten per call, and another step changes dro
 }
 
 TEST_CASE("GPT: fused attention kernels and recomputed probabilities == the GEMM path") {
-  // AVX-512 takes model/kernels/attn_gemm.hpp's kernels (and, without dropout, recomputes each head's
-  // probabilities in the backward); the scalar path runs CausalGemms' GEMMs on stored
+  // AVX-512 takes model/kernels/attn_gemm.hpp's kernels (and, without dropout, recomputes each
+  // head's probabilities in the backward); the scalar path runs CausalGemms' GEMMs on stored
   // probabilities. Zeroed q/v rows of heads 0 and 1 in layer 0 make whole attention outputs
   // and key gradients zero, so the kernels' zero-row fix-ups run too.
   if (!isa_supported(Isa::avx512)) {
