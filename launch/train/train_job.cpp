@@ -16,14 +16,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// debug.bitflip's tensor ("param/<name>" or "<name>"): its index in the parameter table.
+// debug.bitflip's tensor ("param/<name>" or "<name>", checked by the validator): its index in
+// the parameter table.
 std::size_t bitflip_param(const config::BitFlip& flip, const ParamTable& table) {
-  std::string name = flip.tensor;
-  if (name.rfind("param/", 0) == 0) name = name.substr(6);
-  check(table.contains(name),
-        "debug.bitflip names the tensor '" + name + "', which the model lacks",
-        "use a parameter name such as " + table[0].name + " (see trace.jsonl's param/ keys)");
-  return table.index_of(name);
+  const std::string& name = flip.tensor;
+  return table.index_of(name.rfind("param/", 0) == 0 ? name.substr(6) : name);
 }
 
 }  // namespace
@@ -58,7 +55,6 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
       fp_version_from_int(cfg_.verify.fingerprint_version, "verify.fingerprint_version"),
       cfg_.verify.state_interval, cfg_.verify.replica_check_interval, kctx_.threads);
   if (cfg_.debug.bitflip.on()) bitflip_param_ = bitflip_param(cfg_.debug.bitflip, model_->table());
-  if (!cfg_.debug.perturb.empty()) check_perturb_op(cfg_.model, cfg_.debug.perturb);
   ops_ = std::make_unique<OpTrace>(OpTraceConfig::from(cfg_.run.out + "/ops", world_.rank(),
                                                        cfg_.verify.ops, cfg_.debug.perturb));
   model_->set_observer(ops_.get());

@@ -2,6 +2,8 @@
 
 #include <string>
 
+#include "model/gpt.hpp"
+#include "model/param_table.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::config {
@@ -21,6 +23,30 @@ std::string alignment_problem(const std::string& what, std::int64_t len, std::in
     return what + " = " + str(len) + " is " + str(len / B) + " blocks of " + str(B) +
            ", not a power of two";
   return {};
+}
+
+// The names the debug keys give (a tensor of the parameter table, an op of the model), checked
+// against the model the config describes (when its shapes are valid at all).
+std::vector<std::string> name_problems(const Config& c) {
+  std::vector<std::string> p;
+  if (!model_config_problems(c.model, 1).empty()) return p;
+  if (c.debug.bitflip.on()) {
+    const ParamTable table = ParamTable::build(c.model);
+    std::string name = c.debug.bitflip.tensor;
+    if (name.rfind("param/", 0) == 0) name = name.substr(6);
+    if (!table.contains(name))
+      p.push_back("debug.bitflip names the tensor '" + name +
+                  "', which the model lacks; use a parameter name such as " + table[0].name +
+                  " (trace.jsonl's param/ keys)");
+  }
+  if (!c.debug.perturb.empty()) {
+    try {
+      check_perturb_op(c.model, c.debug.perturb);
+    } catch (const Error& e) {
+      p.push_back(e.what());
+    }
+  }
+  return p;
 }
 
 }  // namespace
@@ -62,6 +88,7 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   need(!c.debug.bitflip.on() || c.debug.bitflip.rank < world_size,
        "debug.bitflip = '" + c.debug.bitflip.text() + "' names rank " + str(c.debug.bitflip.rank) +
            ", but the job has " + str(world_size) + " rank(s)");
+  for (auto& line : name_problems(c)) p.push_back(std::move(line));
   need(c.debug.kill_in_save.rank < world_size,
        "debug.kill_in_save = '" + c.debug.kill_in_save.text() + "' names rank " +
            str(c.debug.kill_in_save.rank) + ", but the job has " + str(world_size) + " rank(s)");

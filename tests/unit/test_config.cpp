@@ -156,16 +156,18 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
     REQUIRE_THROWS_WITH(apply_override(c, set), Catch::Contains(key));
   }
   // What needs the layout is refused by the validator.
-  for (const char* set : {"run.resume=", "debug.bitflip=7:1:param/x", "run.stop_at=-1",
-                          "debug.kill_in_save=2:1", "ckpt.interval=-1"}) {
+  for (const char* set : {"run.resume=", "debug.bitflip=7:1:param/embed.weight",
+                          "debug.bitflip=1:1:param/x", "debug.perturb=layers.0.attn.nothing.fwd",
+                          "run.stop_at=-1", "debug.kill_in_save=2:1", "ckpt.interval=-1"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
     REQUIRE(config_problems(c, 2).size() == 1);
   }
   for (const char* set :
-       {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/x", "debug.kill_in_save=1:2",
-        "ckpt.interval=5", "run.stop_at=3", "debug.interleave=fast,invariant",
+       {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/embed.weight",
+        "debug.kill_in_save=1:2", "debug.perturb=layers.0.attn.scores.fwd", "ckpt.interval=5",
+        "run.stop_at=3", "debug.interleave=fast,invariant",
         "debug.interleave=invariant+optrace,deterministic,fast"}) {
     Config c = tiny();
     apply_override(c, set);
