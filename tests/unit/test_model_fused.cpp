@@ -5,7 +5,8 @@
 //  - layernorm_backward == the literal definition
 //    (column csums of dy*xhat and dy, row csums) for several T, n, blocks and thread counts;
 //  - residual_layernorm_forward == (h += res, then layernorm_forward);
-//  - the LayerNorm kernels (model/ln_rows*.cpp: rows in vector lanes, aligned row passes) ==
+//  - the LayerNorm kernels (model/kernels/ln_rows*.cpp: rows in vector lanes, aligned row passes)
+//  ==
 //    the literal per-row csum definitions, on odd shapes (T, n not multiples of 16 or of B,
 //    n < B), blocks 1..300, every ISA path, 1-3 threads, misaligned buffers, residual and
 //    accumulate on and off.
