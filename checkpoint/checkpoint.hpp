@@ -96,6 +96,14 @@ class AsyncSaver {
 // complete checkpoint throws, naming it.
 std::string resolve_resume(const std::string& resume, const std::string& root);
 
+// One checkpoint decision per job (collective over `world`): rank 0 resolves run.resume
+// (resolve_resume), then broadcasts the step and the XXH3-64 of its meta.json's bytes; every
+// rank opens that step's directory itself and checks that it read the same meta.json. A rank
+// that finds another file (or none) means the run directory changed under the job (another
+// job, or ranks of a killed one, writing it): every rank throws the same error saying so,
+// naming the ranks, before any state is loaded. Returns the parsed meta (dir empty: fresh).
+Meta agree_resume(const Communicator& world, const std::string& resume, const std::string& root);
+
 // Collective. Fills every piece (owner or not) whose name starts with one of `only` (all
 // pieces if `only` is empty) with the checkpoint's values, resliced to the pieces' layout.
 // Guarantees, in order:

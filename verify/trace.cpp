@@ -34,6 +34,7 @@ std::uint64_t TraceLine::digest() const {
     bytes.push_back('\0');
     put(&v, sizeof v);
   }
+  if (skipped) bytes += "skipped";
   return xxh3_64(bytes.data(), bytes.size());
 }
 
@@ -51,6 +52,7 @@ std::string TraceLine::to_json() const {
   nlohmann::ordered_json f = nlohmann::ordered_json::object();
   for (const auto& [name, v] : fp) f[name] = hex64(v);
   j["fp"] = f;
+  if (skipped) j["skipped"] = true;
   j["digest"] = hex64(digest());
   return j.dump();
 }

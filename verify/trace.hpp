@@ -24,6 +24,8 @@ struct TraceLine {
   float lr = 0.0f;
   std::int64_t tokens = 0;                                // tokens consumed so far
   std::vector<std::pair<std::string, std::uint64_t>> fp;  // canonical order
+  bool skipped = false;  // the non-finite guard skipped the step's update ("skipped": true;
+                         // absent otherwise, so traces without skips keep their bytes)
 
   // XXH3-64 over the step, the bits of the scalars and every (name, fingerprint) pair.
   std::uint64_t digest() const;

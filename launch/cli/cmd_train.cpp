@@ -10,6 +10,7 @@
 #include "launch/cli/commands.hpp"
 #include "launch/experiments/interleave.hpp"
 #include "launch/train/config.hpp"
+#include "launch/train/orphan_guard.hpp"
 #include "launch/train/trainer.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/comm.hpp"
@@ -51,6 +52,7 @@ Runner add_train(CLI::App& app) {
       print_keys();
       return 0;
     }
+    die_with_launcher();  // a rank never outlives mpirun (no orphan races a relaunch)
     // Before MPI: the rank and size the launcher gave us (1 process without mpirun).
     const int rank = env_int("OMPI_COMM_WORLD_RANK", "PMI_RANK", 0);
     const int size = env_int("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", 1);

@@ -75,6 +75,10 @@ std::vector<KeyInfo> make_keys() {
       key("optim.weight_decay", "decoupled weight decay (2-D weights only)",
           AT(optim.adamw.weight_decay)),
       key("optim.clip", "global gradient-norm clip (0: off)", AT(optim.clip)),
+      key("optim.on_nonfinite",
+          "a non-finite loss or gradient: stop the job before the update, or skip the step "
+          "(counted, traced, replayed identically)",
+          AT(optim.on_nonfinite)),
       key("data.path", "indexed dataset prefix (empty: built-in synthetic corpus)", AT(data.path)),
       key("data.global_batch", "sequences per step", AT(data.global_batch)),
       key("run.steps", "training steps", AT(run.steps)),
@@ -114,6 +118,10 @@ std::vector<KeyInfo> make_keys() {
           AT(debug.perturb)),
       key("debug.bitflip", "RANK:STEP:TENSOR bit flip (testing the replica guard)",
           AT(debug.bitflip)),
+      key("debug.nan",
+          "STEP:TENSOR[:RANK]: NaN into element 0 of each rank's (RANK's) slice of TENSOR's "
+          "gradient at STEP (testing the non-finite guard)",
+          AT(debug.nan)),
       key("debug.kill_in_save",
           "RANK:STEP: that rank dies after its first shard of that save (testing crash safety)",
           AT(debug.kill_in_save)),
@@ -359,6 +367,35 @@ BitFlip BitFlip::parse(const std::string& text, const std::string& what) {
 
 std::string BitFlip::text() const {
   return on() ? std::to_string(rank) + ":" + std::to_string(step) + ":" + tensor : "";
+}
+
+NanInjection NanInjection::parse(const std::string& text, const std::string& what) {
+  NanInjection n;
+  if (text.empty()) return n;
+  long long step = 0;
+  int used = 0;
+  const bool ok = std::sscanf(text.c_str(), "%lld:%n", &step, &used) == 1 && used > 0 &&
+                  static_cast<std::size_t>(used) < text.size() && step >= 1 &&
+                  text.find_first_of(" \t", static_cast<std::size_t>(used)) == std::string::npos;
+  check(ok, what + " = '" + text + "' is not STEP:TENSOR[:RANK] with STEP >= 1",
+        "e.g. debug.nan=3:embed.weight or debug.nan=3:embed.weight:1");
+  n.step = step;
+  n.tensor = text.substr(static_cast<std::size_t>(used));
+  const auto colon = n.tensor.rfind(':');
+  if (colon != std::string::npos) {
+    const std::string r = n.tensor.substr(colon + 1);
+    check(!r.empty() && r.size() < 6 && r.find_first_not_of("0123456789") == std::string::npos,
+          what + " = '" + text + "': RANK '" + r + "' is not a rank number",
+          "e.g. debug.nan=3:embed.weight:1");
+    n.rank = std::stoi(r);
+    n.tensor.resize(colon);
+  }
+  return n;
+}
+
+std::string NanInjection::text() const {
+  if (!on()) return "";
+  return std::to_string(step) + ":" + tensor + (rank >= 0 ? ":" + std::to_string(rank) : "");
 }
 
 KillInSave KillInSave::parse(const std::string& text, const std::string& what) {

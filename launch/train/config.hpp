@@ -94,9 +94,22 @@ struct Interleave {
   std::string text() const;
 };
 
+// debug.nan = STEP:TENSOR[:RANK]: after the gradient reduction of STEP (and its fingerprint),
+// element 0 of every rank's slice of TENSOR's gradient (only RANK's, if given) becomes NaN
+// (testing the non-finite guard).
+struct NanInjection {
+  std::int64_t step = 0;  // 0: off
+  std::string tensor;
+  int rank = -1;  // -1: every rank holding a slice
+  bool on() const { return step > 0; }
+  static NanInjection parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
 struct DebugSection {
   std::string perturb;  // OPNAME: change the reduction order inside that op
   BitFlip bitflip;
+  NanInjection nan;
   KillInSave kill_in_save;
   Interleave interleave;  // timing experiment, see launch/experiments/interleave.hpp
 };

@@ -7,13 +7,13 @@
 namespace lockstep {
 
 enum class ExitStatus : int {
-  finished = 0,     // every step asked for (run.steps, or run.stop_at) ran and was saved
-  failed = 1,       // a rank failed (error, crash, lost): relaunch from the newest checkpoint
-  usage = 2,        // bad command line or config: nothing ran; a relaunch fails the same way
-  nonfinite = 3,    // the non-finite guard stopped the job; a relaunch would replay the NaN
-  preempted = 4,    // SIGTERM/SIGINT: the step finished, a checkpoint was saved, on purpose
-  hung = 5,         // the progress watchdog (run.step_timeout) ended the job
-  locked = 6,       // another job holds the run directory's lock: nothing ran
+  finished = 0,   // every step asked for (run.steps, or run.stop_at) ran and was saved
+  failed = 1,     // a rank failed (error, crash, lost): relaunch from the newest checkpoint
+  usage = 2,      // bad command line or config: nothing ran; a relaunch fails the same way
+  nonfinite = 3,  // the non-finite guard stopped the job; a relaunch would replay the NaN
+  preempted = 4,  // SIGTERM/SIGINT: the step finished, a checkpoint was saved, on purpose
+  hung = 5,       // the progress watchdog (run.step_timeout) ended the job
+  locked = 6,     // another job holds the run directory's lock: nothing ran
 };
 
 constexpr int exit_code(ExitStatus s) {
@@ -23,8 +23,7 @@ constexpr int exit_code(ExitStatus s) {
 // Whether a supervisor should relaunch a job that ended with `code` (mpirun's exit status;
 // 128 + N when the launcher itself was killed by signal N).
 constexpr bool restartable(int code) {
-  return code == exit_code(ExitStatus::failed) || code == exit_code(ExitStatus::hung) ||
-         code > 128;
+  return code == exit_code(ExitStatus::failed) || code == exit_code(ExitStatus::hung) || code > 128;
 }
 
 // "finished", "failed", ... for restarts.jsonl and the supervisor's lines.

@@ -92,8 +92,7 @@ RunLock::RunLock(const std::string& run_out, const std::string& command) {
     const std::string text = read_all(fd_);
     close(fd_);
     fd_ = -1;
-    check(err == EAGAIN || err == EACCES,
-          "cannot lock '" + path + "': " + std::strerror(err),
+    check(err == EAGAIN || err == EACCES, "cannot lock '" + path + "': " + std::strerror(err),
           "the file system of run.out must support fcntl locks");
     fail("run directory '" + run_out + "' is in use by another job (" +
              parse_holder(text).describe() + ")",

@@ -1,8 +1,10 @@
 #include "launch/train/train_job.hpp"
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 
@@ -10,17 +12,23 @@
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "verify/trace.hpp"
 
 namespace lockstep {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// debug.bitflip's tensor ("param/<name>" or "<name>", checked by the validator): its index in
+// A debug key's tensor ("param/<name>" or "<name>", checked by the validator): its index in
 // the parameter table.
-std::size_t bitflip_param(const config::BitFlip& flip, const ParamTable& table) {
-  const std::string& name = flip.tensor;
+std::size_t param_index(const std::string& name, const ParamTable& table) {
   return table.index_of(name.rfind("param/", 0) == 0 ? name.substr(6) : name);
+}
+
+bool all_finite(const float* x, std::int64_t n) {
+  for (std::int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(x[i])) return false;
+  return true;
 }
 
 }  // namespace
@@ -54,7 +62,9 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
       *sync_, world_, grid_, cfg_.verify.hash,
       fp_version_from_int(cfg_.verify.fingerprint_version, "verify.fingerprint_version"),
       cfg_.verify.state_interval, cfg_.verify.replica_check_interval, kctx_.threads);
-  if (cfg_.debug.bitflip.on()) bitflip_param_ = bitflip_param(cfg_.debug.bitflip, model_->table());
+  if (cfg_.debug.bitflip.on())
+    bitflip_param_ = param_index(cfg_.debug.bitflip.tensor, model_->table());
+  if (cfg_.debug.nan.on()) nan_param_ = param_index(cfg_.debug.nan.tensor, model_->table());
   ops_ = std::make_unique<OpTrace>(OpTraceConfig::from(cfg_.run.out + "/ops", world_.rank(),
                                                        cfg_.verify.ops, cfg_.debug.perturb));
   model_->set_observer(ops_.get());
@@ -76,10 +86,19 @@ StepResult TrainJob::run_step(std::int64_t step) {
   const auto tv0 = Clock::now();
   state_->after_reduce(step);
   r.verify_seconds = std::chrono::duration<double>(Clock::now() - tv0).count();
+  inject_nan(step);
   r.grad_norm = sync_->grad_norm();
   r.lr = lr_at(schedule_, step);
-  update(step, r.grad_norm, r.lr);
+  if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
+    update(step - skipped_, r.grad_norm, r.lr);
+  } else {  // the guard: nothing of this step is applied
+    r.nonfinite = locate_nonfinite();
+    r.stopped = cfg_.optim.on_nonfinite == NonfinitePolicy::stop;
+    r.skipped = !r.stopped;
+    skipped_ += r.skipped ? 1 : 0;
+  }
   ops_->end_step();
+  if (r.stopped) return r;
   sync_->publish_params();  // ZeRO: allgather the updated parameters
   flip_bit(step);
   sampler_->advance();
@@ -113,7 +132,8 @@ float TrainJob::forward_backward(std::int64_t step) {
   return loss_sum / static_cast<float>(G * ctx);
 }
 
-// Clip and AdamW over every update slice, chunk by chunk on all threads. While the op trace
+// Clip and AdamW over every update slice, chunk by chunk on all threads; `step` is AdamW's
+// step count (the training step less the steps skipped before it). While the op trace
 // records, the same update runs one slice at a time, each recorded as the op
 // "<param>.adam.update" (inputs: parameter, clipped gradient, m, v before the update; output:
 // the parameter after): the same bits (the update is elementwise).
@@ -150,6 +170,46 @@ void TrainJob::flip_bit(std::int64_t step) {
   std::fprintf(stderr, "debug.bitflip: rank %d flipped bit 0 of param/%s[0] after step %lld\n",
                world_.rank(), model_->table()[bitflip_param_].name.c_str(),
                static_cast<long long>(step));
+}
+
+// debug.nan: element 0 of every local slice (or RANK's) of the tensor's reduced gradient becomes
+// NaN, after
+// the gradient fingerprint (so the trace is the same on every layout) and before the norm.
+void TrainJob::inject_nan(std::int64_t step) {
+  const config::NanInjection& nan = cfg_.debug.nan;
+  if (!nan.on() || nan.step != step || (nan.rank >= 0 && nan.rank != world_.rank())) return;
+  const UpdateSlice& sl = sync_->slices()[nan_param_];
+  if (sl.n > 0) sl.grad[0] = std::numeric_limits<float>::quiet_NaN();
+}
+
+// The first tensor in table order whose gradient holds a non-finite element on some rank, and
+// the lowest such rank: one integer min over the world (tensor index x world size + rank).
+Nonfinite TrainJob::locate_nonfinite() const {
+  const auto world = static_cast<std::uint64_t>(world_.size());
+  std::uint64_t mine = std::numeric_limits<std::uint64_t>::max();
+  const auto& slices = sync_->slices();
+  for (std::size_t p = 0; p < slices.size(); ++p)
+    if (!all_finite(slices[p].grad, slices[p].n)) {
+      mine = p * world + static_cast<std::uint64_t>(world_.rank());
+      break;
+    }
+  const std::uint64_t first = allreduce_u64(world_, mine, IntOp::min);
+  Nonfinite nf;
+  if (first == std::numeric_limits<std::uint64_t>::max()) return nf;
+  nf.tensor = model_->table()[static_cast<std::size_t>(first / world)].name;
+  nf.rank = static_cast<int>(first % world);
+  nf.tag = "tp" + std::to_string(nf.rank % grid_.tp_size()) + "-dp" +
+           std::to_string(nf.rank / grid_.tp_size());
+  return nf;
+}
+
+std::string Nonfinite::describe(std::int64_t step, float loss, float grad_norm) const {
+  const std::string values = "loss " + dec_float(loss) + ", grad_norm " + dec_float(grad_norm);
+  if (tensor.empty())
+    return "step " + std::to_string(step) + ": " + values + " (every gradient element is finite)";
+  return "step " + std::to_string(step) + ": the gradient of " + tensor +
+         " is not finite (the first such tensor in table order; on rank " + std::to_string(rank) +
+         ", " + tag + "); " + values;
 }
 
 }  // namespace lockstep

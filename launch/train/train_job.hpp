@@ -3,7 +3,9 @@
 // trace and the optimizer settings of one config. run_step() is, in order: sample ->
 // forward/backward per microbatch -> canonical gradient reduction (microbatch counter, then
 // DP tree) -> state trace -> exact global-norm clip -> AdamW -> publish (ZeRO) ->
-// fingerprints. Fault injection (debug.bitflip) and the op trace hang off the step as hooks.
+// fingerprints. A step whose loss or gradient norm is not finite is stopped before the update
+// or skipped (optim.on_nonfinite). Fault injection (debug.bitflip, debug.nan) and the op trace
+// hang off the step as hooks.
 // `lockstep train` drives one job (launch/train/trainer.hpp adds resume, checkpoints, trace
 // and metrics lines); an experiment may drive several in one process (the tax experiment's
 // interleaved timing, launch/experiments/interleave.hpp).
@@ -16,6 +18,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "data/gpt_dataset.hpp"
@@ -32,11 +36,24 @@
 
 namespace lockstep {
 
+// Where a step went non-finite (the same on every rank).
+struct Nonfinite {
+  std::string tensor;  // the first parameter in table order with a non-finite gradient
+                       // element ("" when every gradient is finite: only the loss, or the
+                       // norm overflowed)
+  int rank = -1;       // the lowest world rank holding a non-finite element of it
+  std::string tag;     // that rank's grid tag ("tp1-dp0")
+  std::string describe(std::int64_t step, float loss, float grad_norm) const;
+};
+
 // What one step produced (rank 0's view of the world-wide values).
 struct StepResult {
   float loss = 0, grad_norm = 0, lr = 0;
   Fingerprints fp;
-  double verify_seconds = 0;  // the two verify calls, including their collectives (wall)
+  double verify_seconds = 0;           // the two verify calls, including their collectives (wall)
+  std::optional<Nonfinite> nonfinite;  // set when the loss or the gradient norm is not finite
+  bool stopped = false;                // the guard stopped the step before its update
+  bool skipped = false;                // the guard skipped the step (optim.on_nonfinite=skip)
 };
 
 class TrainJob {
@@ -58,11 +75,17 @@ class TrainJob {
   StateTrace& state() { return *state_; }
   std::int64_t microbatch() const { return mb_; }
   std::int64_t microbatches() const { return n_mb_; }  // per rank and step
+  // Steps skipped by the non-finite guard so far (AdamW's step count is step - skipped);
+  // saved in checkpoints and restored on resume.
+  std::int64_t skipped_steps() const { return skipped_; }
+  void set_skipped_steps(std::int64_t n) { skipped_ = n; }
 
  private:
   float forward_backward(std::int64_t step);  // every microbatch of this rank; the loss
   void update(std::int64_t step, float grad_norm, float lr);  // clip + AdamW (+ op records)
-  void flip_bit(std::int64_t step);  // debug.bitflip's hook, after the update
+  void flip_bit(std::int64_t step);    // debug.bitflip's hook, after the update
+  void inject_nan(std::int64_t step);  // debug.nan's hook, after the gradient fingerprint
+  Nonfinite locate_nonfinite() const;  // collective: the first non-finite gradient
 
   config::Config cfg_;
   const Communicator& world_;
@@ -77,6 +100,8 @@ class TrainJob {
   std::unique_ptr<StateTrace> state_;
   std::unique_ptr<OpTrace> ops_;
   std::size_t bitflip_param_ = 0;              // debug.bitflip's tensor (when on)
+  std::size_t nan_param_ = 0;                  // debug.nan's tensor (when on)
+  std::int64_t skipped_ = 0;                   // steps skipped by the non-finite guard
   std::vector<AdamWTensor> update_tensors_;    // the update slices, for the fused clip + AdamW
   std::vector<std::int32_t> tokens_, labels_;  // [mb * context]
   std::vector<std::int64_t> seq_ids_;          // [mb]

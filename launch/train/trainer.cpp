@@ -6,6 +6,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <thread>
@@ -14,12 +15,15 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "data/sampler.hpp"
+#include "launch/train/exit_status.hpp"
 #include "launch/train/preemption.hpp"
+#include "launch/train/run_lock.hpp"
 #include "launch/train/state_trace.hpp"
 #include "launch/train/train_job.hpp"
 #include "launch/train/validate.hpp"
 #include "lockstep/build_info.hpp"
 #include "model/gpt.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
@@ -111,7 +115,8 @@ nlohmann::ordered_json config_json(const config::Config& cfg_in) {
 // a reader needs to know about the run that saved it.
 nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, int world_size,
                                  const KernelCtx& kctx, std::int64_t step,
-                                 const data::Sampler& sampler, float lr_of_step) {
+                                 const data::Sampler& sampler, std::int64_t skipped_steps,
+                                 float lr_of_step) {
   nlohmann::ordered_json r;
   r["step"] = step;
   r["consumed_samples"] = sampler.state().consumed_samples;
@@ -125,6 +130,7 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
                  {"threads", kctx.threads},
                  {"isa", isa_name(kctx.isa)}};
   r["sampler"] = sampler.to_json();
+  r["skipped_steps"] = skipped_steps;
   r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
   r["lr"] = {{"last", lr_of_step},
              {"schedule", lr_schedule_name(cfg.optim.schedule.schedule)},
@@ -183,13 +189,14 @@ struct Resumed {
 
 Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& world) {
   Resumed r;
-  r.dir = ckpt::resolve_resume(cfg.run.resume, cfg.run.out + "/checkpoints");
+  const ckpt::Meta meta = ckpt::agree_resume(world, cfg.run.resume, cfg.run.out + "/checkpoints");
+  r.dir = meta.dir;
   if (r.dir.empty()) return r;
-  const ckpt::Meta meta = ckpt::read_meta(r.dir);
   check_resume(meta.run, cfg, world.rank() == 0);
   ckpt::load(world, r.dir, meta, job.state().checkpoint_pieces(),
              cfg.ckpt.load_optim ? std::vector<std::string>{} : std::vector<std::string>{"param/"});
   if (cfg.ckpt.load_data) job.sampler().restore_json(meta.run.at("sampler"));
+  job.set_skipped_steps(meta.run.value("skipped_steps", std::int64_t{0}));
   r.step = meta.step;
   const auto& lay = meta.run.at("layout");
   r.note = "resumed from " + r.dir + " (step " + std::to_string(r.step) + ", saved on TP " +
@@ -249,8 +256,8 @@ class Checkpointer {
     opt.kill_rank = at == cfg_.debug.kill_in_save.step ? cfg_.debug.kill_in_save.rank : -1;
     StateTrace& state = job_.state();
     opt.fingerprint_version = state.fp_version();
-    const auto run =
-        run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(), lr_of_step);
+    const auto run = run_state(cfg_, job_.grid(), world_.size(), job_.kctx(), at, job_.sampler(),
+                               job_.skipped_steps(), lr_of_step);
     const bool root = world_.rank() == 0;
     const auto t0 = Clock::now();
     if (cfg_.ckpt.async) {
@@ -310,6 +317,7 @@ class StepLog {
     line.lr = r.lr;
     line.tokens = step * tokens;
     line.fp = r.fp;
+    line.skipped = r.skipped;
     files_.trace->write(line.to_json());
     const double tps = static_cast<double>(tokens) / t.seconds;
     nlohmann::ordered_json mj;
@@ -346,6 +354,65 @@ class StepLog {
   float last_loss_ = 0;
 };
 
+// ---- the run directory's lock and the non-finite guard's lines ----------------------------
+// This process's command line (/proc/self/cmdline), for the lock's holder line.
+std::string own_command() {
+  std::ifstream in("/proc/self/cmdline", std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> argv;
+  for (std::size_t at = 0; at < raw.size();) {
+    const std::size_t end = raw.find('\0', at);
+    argv.push_back(raw.substr(at, end - at));
+    at = end == std::string::npos ? raw.size() : end + 1;
+  }
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + a;
+  return cmd;
+}
+
+struct RunDirLock {
+  std::unique_ptr<RunLock> lock;  // rank 0's
+  bool held = false;              // on every rank: whether rank 0 got it
+};
+
+// Collective: rank 0 takes run.out/.lock; when another job holds it, rank 0 prints the one
+// line naming the holder and every rank learns that the job must end (ExitStatus::locked).
+RunDirLock lock_run_dir(const std::string& run_out, const Communicator& world) {
+  RunDirLock r;
+  std::string refusal;
+  if (world.rank() == 0) {
+    try {
+      r.lock = std::make_unique<RunLock>(run_out, own_command());
+    } catch (const Error& e) {
+      refusal = e.what();
+    }
+  }
+  r.held = allreduce_u64(world, refusal.empty() ? 0 : 1, IntOp::max) == 0;
+  if (!refusal.empty()) {
+    std::fprintf(stderr, "lockstep: error: %s\n", refusal.c_str());
+    std::fflush(stderr);
+  }
+  return r;
+}
+
+// The guard's line for a step whose loss or gradient was not finite (rank 0). True when the
+// guard stopped the step (the job ends: nothing of it was applied or is saved).
+bool report_nonfinite(std::int64_t step, const StepResult& r, bool root) {
+  if (!r.nonfinite) return false;
+  const std::string what = r.nonfinite->describe(step, r.loss, r.grad_norm);
+  if (root && r.stopped)
+    std::fprintf(stderr,
+                 "lockstep: stopped: non-finite %s; nothing of the step was applied and no "
+                 "checkpoint is written (hint: lower optim.lr or raise optim.warmup and resume "
+                 "from the last checkpoint, or set optim.on_nonfinite=skip)\n",
+                 what.c_str());
+  else if (root)
+    std::fprintf(stderr, "lockstep: warning: skipped non-finite %s (optim.on_nonfinite=skip)\n",
+                 what.c_str());
+  std::fflush(stderr);
+  return r.stopped;
+}
+
 }  // namespace
 
 void StepDriver::start(const TrainJob&, const std::string&) {}
@@ -380,6 +447,8 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   const bool root = world.rank() == 0;
   config::validate_or_throw(cfg_in, world.size());
   const config::Config cfg = with_threads_resolved(cfg_in, world.size());
+  const auto lock = lock_run_dir(cfg.run.out, world);  // before anything reads or writes it
+  if (!lock.held) return exit_code(ExitStatus::locked);
   TrainJob job(cfg, mpi);
   const Resumed resumed = resume(cfg, job, world);
   driver.start(job, resumed.dir);
@@ -394,9 +463,14 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   StepLog log(cfg, std::move(files), resumed.step, last_step);
   const auto t_start = Clock::now();
   std::int64_t step = resumed.step;
+  ExitStatus status = ExitStatus::finished;
   while (step < last_step) {
     ++step;
     const StepTiming t = driver.step(job, step);
+    if (report_nonfinite(step, t.result, root)) {
+      status = ExitStatus::nonfinite;
+      break;
+    }
     log.write(step, t, job.state(), root);
     driver.finish_step(step, t);
     int signal = 0;
@@ -409,17 +483,18 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
                     preempted ? ("signal " + std::to_string(signal)).c_str() : "run.stop_at",
                     static_cast<long long>(step),
                     cfg.ckpt.save ? "; continue with --set run.resume=auto" : "");
+      if (preempted) status = ExitStatus::preempted;
       break;
     }
   }
   checkpoints.finish();
-  if (root && step > resumed.step) {
+  if (root && status != ExitStatus::nonfinite && step > resumed.step) {
     const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
     std::printf("done: %lld steps in %s, final loss %s, run directory %s\n",
                 static_cast<long long>(step - resumed.step), fmt_duration(total).c_str(),
                 dec_float(log.last_loss()).c_str(), cfg.run.out.c_str());
   }
-  return 0;
+  return exit_code(status);
 }
 
 }  // namespace lockstep

@@ -30,15 +30,16 @@ std::string alignment_problem(const std::string& what, std::int64_t len, std::in
 std::vector<std::string> name_problems(const Config& c) {
   std::vector<std::string> p;
   if (!model_config_problems(c.model, 1).empty()) return p;
-  if (c.debug.bitflip.on()) {
-    const ParamTable table = ParamTable::build(c.model);
-    std::string name = c.debug.bitflip.tensor;
+  const ParamTable table = ParamTable::build(c.model);
+  auto need_tensor = [&](const char* key, std::string name) {
     if (name.rfind("param/", 0) == 0) name = name.substr(6);
     if (!table.contains(name))
-      p.push_back("debug.bitflip names the tensor '" + name +
+      p.push_back(std::string(key) + " names the tensor '" + name +
                   "', which the model lacks; use a parameter name such as " + table[0].name +
                   " (trace.jsonl's param/ keys)");
-  }
+  };
+  if (c.debug.bitflip.on()) need_tensor("debug.bitflip", c.debug.bitflip.tensor);
+  if (c.debug.nan.on()) need_tensor("debug.nan", c.debug.nan.tensor);
   if (!c.debug.perturb.empty()) {
     try {
       check_perturb_op(c.model, c.debug.perturb);
@@ -89,6 +90,9 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
        "debug.bitflip = '" + c.debug.bitflip.text() + "' names rank " + str(c.debug.bitflip.rank) +
            ", but the job has " + str(world_size) + " rank(s)");
   for (auto& line : name_problems(c)) p.push_back(std::move(line));
+  need(c.debug.nan.rank < world_size, "debug.nan = '" + c.debug.nan.text() + "' names rank " +
+                                          str(c.debug.nan.rank) + ", but the job has " +
+                                          str(world_size) + " rank(s)");
   need(c.debug.kill_in_save.rank < world_size,
        "debug.kill_in_save = '" + c.debug.kill_in_save.text() + "' names rank " +
            str(c.debug.kill_in_save.rank) + ", but the job has " + str(world_size) + " rank(s)");

@@ -117,7 +117,8 @@ elif part == "crash":
     run("DP2", out, ["run.resume=auto", "ckpt.interval=2"])
     expect_same("resume=auto after the crash", ref, read_trace(out))
 
-    # SIGTERM to the ranks (what a scheduler does at preemption): finish the step, save, exit 0.
+    # SIGTERM to the ranks (what a scheduler does at preemption): finish the step, save, exit 4
+    # (ExitStatus::preempted: a supervisor must not relaunch).
     steps = 400
     out = os.path.join(work, "sigterm")
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
@@ -135,8 +136,8 @@ elif part == "crash":
         os.kill(int(pid), signal.SIGTERM)
     log, _ = proc.communicate(timeout=120)
     k = len(read_trace(out))
-    ok = proc.returncode == 0 and latest(out) == f"step_{k:08d}" and "signal 15" in log
-    print(f"  {'SIGTERM: step finished, checkpoint saved, exit 0':55s} "
+    ok = proc.returncode == 4 and latest(out) == f"step_{k:08d}" and "signal 15" in log
+    print(f"  {'SIGTERM: step finished, checkpoint saved, exit 4':55s} "
           f"{'yes' if ok else 'NO'} (exit {proc.returncode}, stopped after step {k})")
     if not ok:
         print(log[-2000:])

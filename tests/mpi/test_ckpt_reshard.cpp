@@ -356,3 +356,39 @@ TEST_CASE("AsyncSaver writes the same bytes as save(), from a snapshot taken at 
   cleanup(world, root_sync);
   cleanup(world, root_async);
 }
+
+TEST_CASE("one checkpoint decision per job: rank 0 resolves, every rank checks its meta.json") {
+  const Communicator world = Communicator::world();
+  const std::string root = temp_root(world, "agree");
+  State st = make_state(world, layouts(world.size()).back());
+  CHECK(ckpt::agree_resume(world, "auto", root).dir.empty());  // nothing saved: fresh start
+  for (std::int64_t step = 1; step <= 2; ++step) {
+    fill(st, static_cast<std::uint64_t>(step));
+    ckpt::save(world, {root, step, 0, -1}, st.pieces,
+               fingerprints(static_cast<std::uint64_t>(step)), {{"step", step}});
+  }
+  const std::string two = (fs::path(root) / "step_00000002").string();
+  for (const std::string& resume : {std::string("auto"), root, two}) {
+    const ckpt::Meta m = ckpt::agree_resume(world, resume, root);
+    CHECK((m.step == 2 && m.dir == two));
+  }
+  CHECK(ckpt::agree_resume(world, "none", root).dir.empty());
+  if (world.size() > 1) {
+    // The other ranks look into a copy whose meta.json differs (another job wrote it): every
+    // rank refuses with the same error, naming the step and the first rank that differs.
+    const std::string copy = root + "_copy_" + std::to_string(world.rank());
+    if (world.rank() != 0) {
+      fs::remove_all(copy);
+      fs::copy(root, copy, fs::copy_options::recursive);
+      std::ofstream(fs::path(copy) / "step_00000002" / "meta.json", std::ios::app) << " ";
+    }
+    world.barrier();
+    const std::string mine = world.rank() == 0 ? root : copy;
+    CHECK_THROWS_WITH(ckpt::agree_resume(world, "auto", mine),
+                      Catch::Contains("changed under the job") && Catch::Contains("step 2") &&
+                          Catch::Contains("the first rank 1"));
+    world.barrier();
+    if (world.rank() != 0) fs::remove_all(copy);
+  }
+  cleanup(world, root);
+}

@@ -149,16 +149,19 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
        {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2", "debug.bitflip=0:1",
         "debug.bitflip=1:0:param/x", "debug.kill_in_save=0", "debug.interleave=fast",
         "debug.interleave=fast,fast", "debug.interleave=fast,quick", "debug.interleave=,",
-        "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step"}) {
+        "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step", "debug.nan=3",
+        "debug.nan=0:embed.weight", "debug.nan=x:embed.weight", "debug.nan=3:embed.weight:x",
+        "optim.on_nonfinite=ignore"}) {
     Config c = tiny();
     INFO(set);
     const std::string key(set, std::string(set).find('='));
     REQUIRE_THROWS_WITH(apply_override(c, set), Catch::Contains(key));
   }
   // What needs the layout is refused by the validator.
-  for (const char* set : {"run.resume=", "debug.bitflip=7:1:param/embed.weight",
-                          "debug.bitflip=1:1:param/x", "debug.perturb=layers.0.attn.nothing.fwd",
-                          "run.stop_at=-1", "debug.kill_in_save=2:1", "ckpt.interval=-1"}) {
+  for (const char* set :
+       {"run.resume=", "debug.bitflip=7:1:param/embed.weight", "debug.bitflip=1:1:param/x",
+        "debug.perturb=layers.0.attn.nothing.fwd", "run.stop_at=-1", "debug.kill_in_save=2:1",
+        "ckpt.interval=-1", "debug.nan=2:param/nothing", "debug.nan=2:embed.weight:2"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
@@ -168,7 +171,8 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
        {"verify.ops=2-4", "run.resume=auto", "debug.bitflip=1:3:param/embed.weight",
         "debug.kill_in_save=1:2", "debug.perturb=layers.0.attn.scores.fwd", "ckpt.interval=5",
         "run.stop_at=3", "debug.interleave=fast,invariant",
-        "debug.interleave=invariant+optrace,deterministic,fast"}) {
+        "debug.interleave=invariant+optrace,deterministic,fast", "debug.nan=2:embed.weight",
+        "debug.nan=2:param/layers.1.mlp.fc2.weight:1", "optim.on_nonfinite=skip"}) {
     Config c = tiny();
     apply_override(c, set);
     INFO(set);
@@ -180,7 +184,8 @@ TEST_CASE("enum keys and specs are typed at load and written back as read") {
   Config c = tiny();
   for (const char* set : {"run.determinism=deterministic", "run.isa=avx2", "verify.hash=torch-xor",
                           "optim.schedule=linear", "verify.ops=2-4", "debug.bitflip=1:3:param/x",
-                          "debug.kill_in_save=1:2", "debug.interleave=fast,invariant"})
+                          "debug.kill_in_save=1:2", "debug.interleave=fast,invariant",
+                          "debug.nan=4:embed.weight", "optim.on_nonfinite=skip"})
     apply_override(c, set);
   REQUIRE(c.run.determinism == Determinism::deterministic);
   REQUIRE(c.run.isa == IsaChoice::avx2);
@@ -191,11 +196,14 @@ TEST_CASE("enum keys and specs are typed at load and written back as read") {
   REQUIRE(c.debug.bitflip.tensor == "param/x");
   REQUIRE((c.debug.kill_in_save.rank == 1 && c.debug.kill_in_save.step == 2));
   REQUIRE(c.debug.interleave.modes == std::vector<std::string>{"fast", "invariant"});
+  REQUIRE((c.debug.nan.step == 4 && c.debug.nan.tensor == "embed.weight"));
+  REQUIRE(c.optim.on_nonfinite == NonfinitePolicy::skip);
   const std::string text = to_toml(c);
   for (const char* line :
        {"determinism = \"deterministic\"", "isa = \"avx2\"", "hash = \"torch-xor\"",
         "schedule = \"linear\"", "ops = \"2-4\"", "bitflip = \"1:3:param/x\"",
-        "kill_in_save = \"1:2\"", "interleave = \"fast,invariant\""})
+        "kill_in_save = \"1:2\"", "interleave = \"fast,invariant\"", "nan = \"4:embed.weight\"",
+        "on_nonfinite = \"skip\""})
     CHECK(text.find(line) != std::string::npos);
   Config d;
   load_toml_text(d, text, "resolved");
