@@ -77,9 +77,9 @@ FailureRecord failure_of(const Attempt& a, int attempt, const std::string& run_o
 // "rank 1 (pid 123 on h2) was killed by signal 9 (Killed)" or "the job failed (exit 1)".
 std::string what_happened(const Attempt& a) {
   if (a.lost && a.lost->rank >= 0)
-    return "rank " + std::to_string(a.lost->rank) + " (pid " + std::to_string(a.lost->pid) +
-           " on " + a.lost->host + ") " +
-           (a.lost->signal > 0 ? "was " + a.lost->reason : a.lost->reason);
+    return "rank " + std::to_string(a.lost->rank) + " (" +
+           (a.lost->pid > 0 ? "pid " + std::to_string(a.lost->pid) + " " : "") + "on " +
+           a.lost->host + ") " + (a.lost->signal > 0 ? "was " + a.lost->reason : a.lost->reason);
   if (a.lost) return "the job " + a.lost->reason;
   std::string s = "the job ended: " + std::string(exit_status_name(a.code)) + " (exit " +
                   std::to_string(a.code) + ")";
