@@ -32,7 +32,7 @@ Runner add_info(CLI::App& app);
 Runner add_collectives_demo(CLI::App& app);
 // `lockstep data preprocess|inspect|synth`: Megatron indexed datasets with the byte tokenizer.
 Runner add_data(CLI::App& app);
-// `lockstep run`: validate, compose and exec mpirun for `lockstep train`.
+// `lockstep run`: validate, compose and run mpirun for `lockstep train`, supervised.
 Runner add_run(CLI::App& app);
 // `lockstep train`: the per-rank training program.
 Runner add_train(CLI::App& app);

@@ -106,9 +106,6 @@ void ProgressEcho::operator()(const std::string& line) {
     std::printf("\r%s%-100.100s", indent_.c_str(), line.c_str());
     std::fflush(stdout);
     open_ = true;
-  } else if (line.find("error") != std::string::npos || line.find("Error") != std::string::npos) {
-    finish();
-    std::fprintf(stderr, "%s%s\n", indent_.c_str(), line.c_str());
   }
 }
 
@@ -156,9 +153,9 @@ void run_job_or_throw(const Job& job, const std::string& what) {
   ProgressEcho echo;
   const int rc = run_job(job, [&echo](const std::string& l) { echo(l); });
   echo.finish();
-  check(rc == 0,
-        what + " (" + job.layout.name() + ") exited " + std::to_string(rc) + ": " +
-            last_error_line(job.out + ".log"),
+  std::string why = last_error_line(job.out + ".log");
+  if (why.rfind("lockstep: ", 0) == 0) why.erase(0, 10);  // the job's own line, once
+  check(rc == 0, what + " (" + job.layout.name() + ") exited " + std::to_string(rc) + ": " + why,
         "full log: " + job.out + ".log");
 }
 
@@ -221,10 +218,16 @@ std::map<std::int64_t, std::map<std::string, double>> read_mode_step_ms(const st
 std::string last_error_line(const std::string& log_path) {
   std::ifstream in(log_path);
   std::string l, last, err;
+  bool in_error = false;
   while (std::getline(in, l)) {
     if (l.empty()) continue;
     last = l;
-    if (l.find("error") != std::string::npos) err = l;
+    if (in_error && (l[0] == ' ' || l[0] == '\t')) {
+      err += "\n" + l;  // the indented lines that continue an error message
+      continue;
+    }
+    in_error = l.find("error") != std::string::npos;
+    if (in_error) err = l;
   }
   return err.empty() ? last : err;
 }

@@ -29,8 +29,8 @@ int run(const std::vector<std::string>& argv, const std::string& log_path,
         const std::function<void(const std::string&)>& on_line = {});
 
 // A line callback that shows a job's progress: on a terminal the trainer's `step x/N ...
-// ETA` line is redrawn in place; every line naming an error goes to stderr. finish() ends
-// the redrawn line.
+// ETA` line is redrawn in place. finish() ends the redrawn line. (A failed job's own error
+// line reaches the user once, in run_job_or_throw's error.)
 class ProgressEcho {
  public:
   explicit ProgressEcho(std::string indent = "      ");
@@ -67,7 +67,8 @@ struct Job {
   std::vector<std::string> run_args;
 };
 int run_job(const Job& job, const std::function<void(const std::string&)>& on_line = {});
-// The same, throwing an error that names the log's last error line unless it exits 0.
+// The same, throwing an error that names the log's last error line unless it exits 0 (the
+// failing rank's line: `lockstep run` keeps Open MPI's output in RUN_OUT/launcher.log).
 void run_job_or_throw(const Job& job, const std::string& what);
 
 // trace.jsonl of a run directory: step -> the line (the last line for a step wins, so a
@@ -79,7 +80,8 @@ std::string trace_digest(const std::string& line);
 std::map<std::int64_t, double> read_step_ms(const std::string& run_dir);
 // tax_steps.jsonl of an interleaved run (debug.interleave): step -> {mode: ms}.
 std::map<std::int64_t, std::map<std::string, double>> read_mode_step_ms(const std::string& path);
-// The last line of a log file that mentions an error (or its last line).
+// The last line of a log file that mentions an error, with the indented lines that continue
+// it (or the log's last line).
 std::string last_error_line(const std::string& log_path);
 
 }  // namespace lockstep::proc
