@@ -54,6 +54,13 @@ def children(pid):
     return [int(p) for p in res.stdout.split()]
 
 
+def descendants(pid):
+    found = children(pid)
+    for c in list(found):
+        found += descendants(c)
+    return found
+
+
 def alive(pid):
     try:
         os.kill(pid, 0)
@@ -144,6 +151,19 @@ elif part == "orphan":
     report("no 'corrupted or forged' diagnosis", "forged" not in res.stderr)
     diff = first_difference(read_trace(ref), read_trace(out))
     report("its trajectory equals the uninterrupted run's", diff is None, f"first diff {diff}")
+    # kill -9 of `lockstep run` (the supervisor): mpirun dies with it, the ranks with mpirun.
+    out = os.path.join(work, "supervised")
+    sup = subprocess.Popen([binary, "run", "--np", "2", "--threads", "1", config,
+                            "--set", f"run.out={out}", "--set", "run.steps=400"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
+    wait_for_steps(out, 3, sup)
+    tree = descendants(sup.pid)
+    os.kill(sup.pid, signal.SIGKILL)
+    sup.communicate(timeout=60)
+    t0 = time.time()
+    gone = wait_gone(tree, 1.0)
+    report("kill -9 of lockstep run: mpirun and the ranks are gone within 1 s",
+           gone and len(tree) >= 3, f"{len(tree)} processes, {time.time() - t0:.2f} s")
 
 elif part == "nonfinite":
     tensor = "layers.0.attn.q.weight"

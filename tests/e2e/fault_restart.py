@@ -23,7 +23,7 @@ os.makedirs(work)
 env = dict(os.environ, **mpirun_flags.ROOT_ENV, **mpirun_flags.mca_env(mpirun_flags.LOOPBACK))
 for k in [k for k in env if k.startswith("SLURM_")]:
     del env[k]
-STEPS = {"soak": 120, "elastic": 40}[part]
+STEPS = {"soak": 200, "elastic": 40}[part]
 KILLS = {"soak": 5, "elastic": 1}[part]
 SETS = [f"run.steps={STEPS}", "ckpt.interval=10", "ckpt.keep=2"]
 failed = 0
