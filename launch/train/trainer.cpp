@@ -14,6 +14,7 @@
 
 #include "checkpoint/checkpoint.hpp"
 #include "data/sampler.hpp"
+#include "launch/train/exit_status.hpp"
 #include "launch/train/preemption.hpp"
 #include "launch/train/state_trace.hpp"
 #include "launch/train/train_job.hpp"
@@ -23,6 +24,7 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
+#include "runtime/watchdog.hpp"
 #include "verify/trace.hpp"
 
 namespace lockstep {
@@ -182,6 +184,7 @@ struct Resumed {
 };
 
 Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& world) {
+  watchdog::Phase phase("resume load");
   Resumed r;
   r.dir = ckpt::resolve_resume(cfg.run.resume, cfg.run.out + "/checkpoints");
   if (r.dir.empty()) return r;
@@ -242,6 +245,7 @@ class Checkpointer {
   }
 
   void save(std::int64_t at, float lr_of_step) {
+    watchdog::Phase phase("checkpoint save");
     ckpt::SaveOptions opt;
     opt.root = cfg_.run.out + "/checkpoints";
     opt.step = at;
@@ -270,6 +274,7 @@ class Checkpointer {
 
   // Waits for a background save.
   void finish() {
+    watchdog::Phase phase("checkpoint save");
     const std::string dir = async_.finish(world_);
     if (world_.rank() == 0 && !dir.empty()) std::printf("checkpoint written: %s\n", dir.c_str());
   }
@@ -381,6 +386,8 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   config::validate_or_throw(cfg_in, world.size());
   const config::Config cfg = with_threads_resolved(cfg_in, world.size());
   TrainJob job(cfg, mpi);
+  const watchdog::Session watchdog(world, mpi.tag(), cfg.run.step_timeout.setting(),
+                                   exit_code(ExitStatus::hung));  // run.step_timeout
   const Resumed resumed = resume(cfg, job, world);
   driver.start(job, resumed.dir);
   RunFiles files;
@@ -397,6 +404,7 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   while (step < last_step) {
     ++step;
     const StepTiming t = driver.step(job, step);
+    watchdog::record_step_seconds(t.loop_seconds);  // the automatic timeout's median
     log.write(step, t, job.state(), root);
     driver.finish_step(step, t);
     int signal = 0;
