@@ -24,6 +24,7 @@
 #include "checkpoint/safetensors.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace lockstep::ckpt {
 
@@ -72,7 +73,9 @@ void on_root(const Communicator& world, const std::string& what, F&& f) {
     }
   }
   int n = static_cast<int>(err.size());
-  check_mpi(MPI_Bcast(&n, 1, MPI_INT, 0, world.handle()), "MPI_Bcast", world.handle());
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibcast(&n, 1, MPI_INT, 0, world.handle(), &req), "MPI_Ibcast", world.handle());
+  watchdog::watched_wait(&req, 1, world, "MPI_Bcast");
   if (n == 0) return;
   if (world.rank() == 0) fail(err);
   fail("rank 0 failed to " + what + " (its error is reported on rank 0)");
@@ -81,8 +84,10 @@ void on_root(const Communicator& world, const std::string& what, F&& f) {
 // True on every rank iff `ok` holds on every rank.
 bool all_ok(const Communicator& world, bool ok) {
   int mine = ok ? 0 : 1, any = 0;
-  check_mpi(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world.handle()), "MPI_Allreduce",
-            world.handle());
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(MPI_Iallreduce(&mine, &any, 1, MPI_INT, MPI_MAX, world.handle(), &req),
+            "MPI_Iallreduce", world.handle());
+  watchdog::watched_wait(&req, 1, world, "MPI_Allreduce");
   return any == 0;
 }
 
@@ -206,8 +211,10 @@ json records_json(const std::vector<Record>& records) {
 std::vector<std::string> gather_text(const Communicator& world, const std::string& mine) {
   const int n = static_cast<int>(mine.size());
   std::vector<int> sizes(world.rank() == 0 ? world.size() : 0);
-  check_mpi(MPI_Gather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, world.handle()), "MPI_Gather",
-            world.handle());
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(MPI_Igather(&n, 1, MPI_INT, sizes.data(), 1, MPI_INT, 0, world.handle(), &req),
+            "MPI_Igather", world.handle());
+  watchdog::watched_wait(&req, 1, world, "MPI_Gather");
   std::vector<int> displs(sizes.size(), 0);
   std::string all;
   if (world.rank() == 0) {
@@ -219,9 +226,10 @@ std::vector<std::string> gather_text(const Communicator& world, const std::strin
     check(total < (1LL << 31), "checkpoint shard records exceed 2 GiB");
     all.resize(static_cast<std::size_t>(total));
   }
-  check_mpi(MPI_Gatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(), MPI_CHAR,
-                        0, world.handle()),
-            "MPI_Gatherv", world.handle());
+  check_mpi(MPI_Igatherv(mine.data(), n, MPI_CHAR, all.data(), sizes.data(), displs.data(),
+                         MPI_CHAR, 0, world.handle(), &req),
+            "MPI_Igatherv", world.handle());
+  watchdog::watched_wait(&req, 1, world, "MPI_Gatherv");
   std::vector<std::string> out;
   for (std::size_t i = 0; i < sizes.size(); ++i)
     out.push_back(

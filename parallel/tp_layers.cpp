@@ -5,6 +5,7 @@
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace lockstep {
 
@@ -43,6 +44,7 @@ void TpContext::allreduce_sum(std::span<float> buf) const {
 void TpContext::allreduce_max(std::span<float> buf) const {
   if (size_ > 1) {
     const Communicator& c = grid_->tp_comm();
+    watchdog::arrival_gate(c, "MPI_Allreduce(MPI_MAX)");  // float: keep the blocking algorithm
     check_mpi(MPI_Allreduce(MPI_IN_PLACE, buf.data(), static_cast<int>(buf.size()), MPI_FLOAT,
                             MPI_MAX, c.handle()),
               "MPI_Allreduce(MPI_MAX)", c.handle());

@@ -20,6 +20,12 @@
 // (coll_tuned fixed decision rules), so the same layout and sizes give the same bits (G1/G2)
 // but another layout may not. fast mode uses the same vendor calls.
 // allgather and broadcast move bits without arithmetic and are exact in every mode.
+//
+// Waiting: every collective waits through the progress watchdog (runtime/watchdog.hpp,
+// watched_wait): point-to-point steps, data movement and the integer reductions are posted
+// as their nonblocking forms; the vendor float reductions stay the blocking calls above
+// (Open MPI's nonblocking forms run other algorithms, hence other bits) behind a watched
+// arrival barrier. None of this changes a bit.
 #pragma once
 
 #include <cstddef>

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "runtime/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace lockstep {
 namespace {
@@ -130,7 +131,9 @@ float* Communicator::scratch(std::size_t n) const {
 }
 
 void Communicator::barrier() const {
-  check_mpi(MPI_Barrier(comm_), "MPI_Barrier", comm_);
+  MPI_Request req = MPI_REQUEST_NULL;
+  check_mpi(MPI_Ibarrier(comm_, &req), "MPI_Ibarrier", comm_);
+  watchdog::watched_wait(&req, 1, *this, "MPI_Barrier");
 }
 
 // ---- Context -----------------------------------------------------------------------------
@@ -176,15 +179,15 @@ bool launched_by_mpirun() {
   return false;
 }
 
-void abort_job(int rank, const std::string& tag, const std::string& message) {
+void abort_job(int rank, const std::string& tag, const std::string& message, int exit_code) {
   std::fprintf(stderr, "lockstep: error on rank %d (%s): %s\n", rank, tag.c_str(), message.c_str());
   std::fflush(stderr);
   std::fflush(stdout);
   int init = 0, fin = 0;
   MPI_Initialized(&init);
   MPI_Finalized(&fin);
-  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, 1);
-  std::_Exit(1);
+  if (init && !fin) MPI_Abort(MPI_COMM_WORLD, exit_code);
+  std::_Exit(exit_code);
 }
 
 int report_startup_error(const std::string& message) {

@@ -1,7 +1,8 @@
 // MPI for Lockstep: the process-lifetime context (MPI_Init_thread / MPI_Finalize as RAII),
 // a Communicator wrapper, checked MPI calls, and run_ranks(), the per-rank entry point that
 // turns an exception on any rank into one line on stderr plus MPI_Abort, so no rank is
-// ever left waiting in a collective.
+// ever left waiting in a collective. Communicator::barrier waits through the progress
+// watchdog (runtime/watchdog.hpp).
 // Determinism contract: none by itself (nothing here computes). Every communicator reports
 // whether its size is a power of two; only then can the tree collectives of
 // runtime/collectives.hpp combine aligned subtrees so that the bits do not depend on the
@@ -105,9 +106,11 @@ class Context {
 bool launched_by_mpirun();
 
 // Prints `lockstep: error on rank <r> (<tag>): <message>` as one line on stderr, then
-// MPI_Abort(MPI_COMM_WORLD, 1). For a lockstep::Error the message ends with where it was
+// MPI_Abort(MPI_COMM_WORLD, exit_code) (mpirun exits with it; launch/train/exit_status.hpp
+// says what each code means). For a lockstep::Error the message ends with where it was
 // detected. Never returns.
-[[noreturn]] void abort_job(int rank, const std::string& tag, const std::string& message);
+[[noreturn]] void abort_job(int rank, const std::string& tag, const std::string& message,
+                            int exit_code = 1);
 
 // Prints `lockstep: error: <message>` as one line on stderr, for failures before or
 // outside MPI (bad command line, MPI failed to start). Returns the exit code to use (2).

@@ -90,6 +90,11 @@ std::vector<KeyInfo> make_keys() {
       key("run.isa", "kernel ISA path (never changes bits)", AT(run.isa)),
       key("run.stop_at", "stop after this step as if preempted: checkpoint and exit 0 (0: off)",
           AT(run.stop_at)),
+      key("run.step_timeout",
+          "progress watchdog: a rank waiting this long for another aborts the job naming the "
+          "ranks that did not arrive (exit 5); auto = max(300 s, 10 x median step), seconds, "
+          "or 0 (off)",
+          AT(run.step_timeout)),
       key("ckpt.interval", "checkpoint every N steps (0: at the end only)", AT(ckpt.interval)),
       key("ckpt.keep", "keep the newest N checkpoints (0: all)", AT(ckpt.keep)),
       key("ckpt.save", "write checkpoints", AT(ckpt.save)),
@@ -414,6 +419,28 @@ KillInSave KillInSave::parse(const std::string& text, const std::string& what) {
 
 std::string KillInSave::text() const {
   return rank >= 0 ? std::to_string(rank) + ":" + std::to_string(step) : "";
+}
+
+StepTimeout StepTimeout::parse(const std::string& text, const std::string& what) {
+  StepTimeout t;
+  if (text == "auto") return t;
+  double v = -1;
+  const bool plain = !text.empty() && text.find_first_not_of("0123456789.") == std::string::npos &&
+                     std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
+  const auto res = std::from_chars(text.data(), text.data() + text.size(), v);
+  check(plain && res.ec == std::errc{} && res.ptr == text.data() + text.size() && v >= 0,
+        what + " = '" + text + "' is not 'auto' or a number of seconds >= 0",
+        "e.g. run.step_timeout=600 (0: off)");
+  t.automatic = false;
+  t.seconds = v;
+  return t;
+}
+
+std::string StepTimeout::text() const {
+  if (automatic) return "auto";
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, seconds);
+  return std::string(buf, res.ptr);
 }
 
 Interleave Interleave::parse(const std::string& text, const std::string& what) {

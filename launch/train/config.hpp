@@ -23,6 +23,7 @@
 #include "optim/optim_config.hpp"
 #include "runtime/determinism.hpp"
 #include "runtime/isa.hpp"
+#include "runtime/watchdog.hpp"
 #include "verify/fingerprint.hpp"
 #include "verify/op_trace.hpp"
 
@@ -34,6 +35,16 @@ struct ParallelSection {
   bool zero = false;            // distributed optimizer (ZeRO-1)
 };
 
+// run.step_timeout = "auto" | SECONDS: the progress watchdog's timeout (runtime/watchdog.hpp):
+// "auto" = max(300 s, 10 x the median step after the first 2), SECONDS > 0 fixed, "0" off.
+struct StepTimeout {
+  bool automatic = true;
+  double seconds = 0;  // when !automatic (0: off)
+  watchdog::TimeoutSetting setting() const { return {automatic, seconds}; }
+  static StepTimeout parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
 struct RunSection {
   std::int64_t steps = 20;
   std::int64_t seed = 1234;
@@ -43,6 +54,7 @@ struct RunSection {
   std::string resume = "none";           // auto | none | PATH
   IsaChoice isa = IsaChoice::automatic;  // never changes bits
   std::int64_t stop_at = 0;  // stop after this step as if preempted (0: run all run.steps)
+  StepTimeout step_timeout;  // progress watchdog; never changes bits
 };
 
 struct CkptSection {

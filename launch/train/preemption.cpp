@@ -5,6 +5,7 @@
 
 #include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace lockstep {
 namespace {
@@ -40,6 +41,7 @@ PreemptionGuard::~PreemptionGuard() {
 }
 
 bool PreemptionGuard::requested(const Communicator& world, int* signal) const {
+  watchdog::Phase phase("preemption check");
   const auto sig = allreduce_u64(world, static_cast<std::uint64_t>(g_signal), IntOp::max);
   if (signal) *signal = static_cast<int>(sig);
   return sig != 0;

@@ -13,6 +13,7 @@
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
 #include "verify/trace.hpp"
+#include "runtime/watchdog.hpp"
 
 namespace lockstep {
 namespace {
@@ -79,16 +80,22 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
 
 StepResult TrainJob::run_step(std::int64_t step) {
   StepResult r;
+  watchdog::set_step(step);  // the heartbeat (runtime/watchdog.hpp): plain stores
+  watchdog::set_phase("forward/backward");
   ops_->begin_step(step);
   sync_->begin_step();
   r.loss = forward_backward(step);
+  watchdog::set_phase("grad sync");
   sync_->reduce();  // canonical DP reduction, terms combined: this rank's update slices
   const auto tv0 = Clock::now();
+  watchdog::set_phase("fingerprints");
   state_->after_reduce(step);
   r.verify_seconds = std::chrono::duration<double>(Clock::now() - tv0).count();
   inject_nan(step);
+  watchdog::set_phase("grad norm");
   r.grad_norm = sync_->grad_norm();
   r.lr = lr_at(schedule_, step);
+  watchdog::set_phase("optimizer");
   if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
     update(step - skipped_, r.grad_norm, r.lr);
   } else {  // the guard: nothing of this step is applied
@@ -105,6 +112,7 @@ StepResult TrainJob::run_step(std::int64_t step) {
 
   // All state fingerprinted over logical tensors (+ the replica guard when due).
   const auto tv1 = Clock::now();
+  watchdog::set_phase("fingerprints");
   r.fp = state_->finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg_.run.seed), step + 1),
                         data_fingerprint(sampler_->to_json().dump()));
   r.verify_seconds += std::chrono::duration<double>(Clock::now() - tv1).count();

@@ -27,6 +27,7 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
+#include "runtime/watchdog.hpp"
 #include "verify/trace.hpp"
 
 namespace lockstep {
@@ -188,6 +189,7 @@ struct Resumed {
 };
 
 Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& world) {
+  watchdog::Phase phase("resume load");
   Resumed r;
   const ckpt::Meta meta = ckpt::agree_resume(world, cfg.run.resume, cfg.run.out + "/checkpoints");
   r.dir = meta.dir;
@@ -249,6 +251,7 @@ class Checkpointer {
   }
 
   void save(std::int64_t at, float lr_of_step) {
+    watchdog::Phase phase("checkpoint save");
     ckpt::SaveOptions opt;
     opt.root = cfg_.run.out + "/checkpoints";
     opt.step = at;
@@ -277,6 +280,7 @@ class Checkpointer {
 
   // Waits for a background save.
   void finish() {
+    watchdog::Phase phase("checkpoint save");
     const std::string dir = async_.finish(world_);
     if (world_.rank() == 0 && !dir.empty()) std::printf("checkpoint written: %s\n", dir.c_str());
   }
@@ -450,6 +454,8 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   const auto lock = lock_run_dir(cfg.run.out, world);  // before anything reads or writes it
   if (!lock.held) return exit_code(ExitStatus::locked);
   TrainJob job(cfg, mpi);
+  const watchdog::Session watchdog(world, mpi.tag(), cfg.run.step_timeout.setting(),
+                                   exit_code(ExitStatus::hung));  // run.step_timeout
   const Resumed resumed = resume(cfg, job, world);
   driver.start(job, resumed.dir);
   RunFiles files;
@@ -467,6 +473,7 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   while (step < last_step) {
     ++step;
     const StepTiming t = driver.step(job, step);
+    watchdog::record_step_seconds(t.loop_seconds);  // the automatic timeout's median
     if (report_nonfinite(step, t.result, root)) {
       status = ExitStatus::nonfinite;
       break;

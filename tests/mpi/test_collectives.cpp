@@ -14,6 +14,7 @@
 #include "runtime/comm.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/watchdog.hpp"
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
@@ -199,6 +200,51 @@ TEST_CASE("record where vendor MPI_Allreduce differs from the canonical tree") {
     if (P <= 2) CHECK(d.differing == 0);
     CHECK(identical_across_ranks(world, vendor));  // both are consistent across ranks
   }
+}
+
+TEST_CASE("watched waits (watchdog armed) give the same bits as plain waits") {
+  // Every collective's wait is watchdog::watched_wait; armed, it polls MPI_Testall and
+  // answers probes instead of blocking in MPI_Waitall. Nothing else may change.
+  const Communicator world = Communicator::world();
+  const int r = world.rank();
+  const std::size_t n = 70001;
+  const auto mine = make(4242 + static_cast<std::uint64_t>(r), n);
+  auto run_all = [&] {
+    std::vector<float> out;
+    for (TreeAlgorithm algo : kAlgorithms) {
+      auto buf = mine;
+      tree_allreduce(world, buf, algo, TreeOptions{});
+      out.insert(out.end(), buf.begin(), buf.end());
+    }
+    for (Determinism mode : {Determinism::invariant, Determinism::deterministic}) {
+      auto buf = mine;
+      allreduce_sum(mode, world, buf);
+      out.insert(out.end(), buf.begin(), buf.end());
+      std::vector<float> seg(n / static_cast<std::size_t>(world.size()));
+      reduce_scatter_sum(mode, world, std::span<const float>(mine).first(seg.size() * world.size()),
+                         seg);
+      out.insert(out.end(), seg.begin(), seg.end());
+    }
+    std::vector<float> all(mine.size() * static_cast<std::size_t>(world.size()));
+    allgather(world, mine, all);
+    out.insert(out.end(), all.begin(), all.end());
+    auto b = mine;
+    broadcast(world, b, world.size() - 1);
+    out.insert(out.end(), b.begin(), b.end());
+    out.push_back(
+        static_cast<float>(allreduce_u64(world, static_cast<std::uint64_t>(r) + 1, IntOp::sum)));
+    world.barrier();
+    return out;
+  };
+  const auto plain = run_all();
+  std::vector<float> watched;
+  {
+    watchdog::Session session(world, "test", {false, 600.0}, 5);
+    CHECK(watchdog::timeout_seconds() == 600.0);
+    watched = run_all();
+  }
+  CHECK(watchdog::timeout_seconds() == 0.0);
+  CHECK(same_bits(plain, watched));
 }
 
 TEST_CASE("bit_diff counts differing elements and ulp distance") {

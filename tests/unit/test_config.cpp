@@ -151,7 +151,9 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
         "debug.interleave=fast,fast", "debug.interleave=fast,quick", "debug.interleave=,",
         "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step", "debug.nan=3",
         "debug.nan=0:embed.weight", "debug.nan=x:embed.weight", "debug.nan=3:embed.weight:x",
-        "optim.on_nonfinite=ignore"}) {
+        "optim.on_nonfinite=ignore", "run.step_timeout=abc", "run.step_timeout=-1",
+        "run.step_timeout=", "run.step_timeout=1e3", "run.step_timeout=inf",
+        "run.step_timeout=3s"}) {
     Config c = tiny();
     INFO(set);
     const std::string key(set, std::string(set).find('='));
@@ -178,6 +180,24 @@ TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
     INFO(set);
     REQUIRE(config_problems(c, 2).empty());
   }
+}
+
+TEST_CASE("run.step_timeout: auto (default), seconds, or 0 (off)") {
+  Config c = tiny();
+  REQUIRE(c.run.step_timeout.automatic);
+  REQUIRE(to_toml(c).find("step_timeout = \"auto\"") != std::string::npos);
+  for (const auto& [set, seconds] : {std::pair{"run.step_timeout=30", 30.0},
+                                     {"run.step_timeout=2.5", 2.5},
+                                     {"run.step_timeout=0", 0.0}}) {
+    INFO(set);
+    apply_override(c, set);
+    REQUIRE_FALSE(c.run.step_timeout.automatic);
+    REQUIRE(c.run.step_timeout.seconds == seconds);
+    REQUIRE(config_problems(c, 2).empty());
+  }
+  REQUIRE(to_toml(c).find("step_timeout = \"0\"") != std::string::npos);
+  apply_override(c, "run.step_timeout=auto");
+  REQUIRE(c.run.step_timeout.automatic);
 }
 
 TEST_CASE("enum keys and specs are typed at load and written back as read") {
