@@ -186,6 +186,15 @@ void assign_text(const KeyInfo& key, TextField& f, const std::string& value,
 }
 
 // Assigns a TOML node to a field, with a type check.
+// A string node's text, or a number as written (shortest round-trip form).
+std::string node_text(const toml::node& node) {
+  if (node.is_string()) return *node.value<std::string>();
+  if (node.is_integer()) return std::to_string(*node.value<std::int64_t>());
+  char buf[64];
+  const auto res = std::to_chars(buf, buf + sizeof buf, *node.value<double>());
+  return std::string(buf, res.ptr);
+}
+
 void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node,
                  const std::string& source) {
   FieldRef f = key.field(cfg);
@@ -206,9 +215,10 @@ void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node,
         } else if constexpr (std::is_same_v<T, std::string*>) {
           check(node.is_string(), bad);
           *p = *node.value<std::string>();
-        } else {
-          check(node.is_string(), bad);
-          assign_text(key, p, *node.value<std::string>(), source);
+        } else {  // a spec or enum: its own parser reads the text (a bare number too,
+                  // e.g. step_timeout = 30)
+          check(node.is_string() || node.is_number(), bad);
+          assign_text(key, p, node_text(node), source);
         }
       },
       f);

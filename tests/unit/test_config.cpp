@@ -198,6 +198,13 @@ TEST_CASE("run.step_timeout: auto (default), seconds, or 0 (off)") {
   REQUIRE(to_toml(c).find("step_timeout = \"0\"") != std::string::npos);
   apply_override(c, "run.step_timeout=auto");
   REQUIRE(c.run.step_timeout.automatic);
+  // In a TOML file the seconds may be written as a bare number too.
+  for (const auto& [text, seconds] :
+       {std::pair{"[run]\nstep_timeout = 30\n", 30.0}, {"[run]\nstep_timeout = 2.5\n", 2.5}}) {
+    Config d = tiny();
+    load_toml_text(d, text, "inline");
+    REQUIRE(d.run.step_timeout.seconds == seconds);
+  }
 }
 
 TEST_CASE("enum keys and specs are typed at load and written back as read") {
