@@ -13,9 +13,10 @@
 #                    host's namespace with its hostname), TCP only, restricted to the subnet
 #   NETNS_HOSTS      the host names
 #   NETNS_COUNTERS   a command printing each host's veth rx/tx bytes (proof of TCP traffic)
-# Bounded (timeout S, default 300) and self-cleaning (a trap deletes the namespaces, the
-# links and this run's Open MPI session directories). Needs root and iproute2; exits 77
-# with one line saying what failed when the sandbox refuses namespaces.
+# Bounded (timeout S, default 300) and self-cleaning (a trap kills what still runs in the
+# hosts, deletes the namespaces, the links and this run's Open MPI session directories).
+# Needs root and iproute2; exits 77 with one line saying what failed when the sandbox refuses
+# namespaces.
 set -euo pipefail
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,6 +47,12 @@ WORK="$(mktemp -d /tmp/netns_cluster.XXXXXX)"
 
 cleanup() {
   local h
+  # Whatever COMMAND left running in the hosts (a job still waiting on a cut link when the
+  # timeout struck, a daemon of a host that lost its link): deleting a namespace does not
+  # end its processes.
+  for h in "${HOSTS[@]}"; do
+    ip netns pids "$h" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+  done
   for h in "${HOSTS[@]}"; do ip netns del "$h" 2>/dev/null || true; done
   ip netns del "$BR" 2>/dev/null || true
   rm -rf "$WORK"
