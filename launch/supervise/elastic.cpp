@@ -45,14 +45,7 @@ bool host_answers(const Host& h, const RunRequest& r, const std::string& log) {
   std::vector<std::string> argv = {"mpirun", "-np", "1", "--host", h.name + ":1"};
   if (geteuid() == 0)
     argv.insert(argv.end(), std::begin(mpirun_flags::kRoot), std::end(mpirun_flags::kRoot));
-  for (const auto& a : r.mpi_args) {
-    std::size_t at = 0;
-    while (at < a.size()) {  // "--mca btl tcp,self" may come as one argument
-      const auto end = std::min(a.find(' ', at), a.size());
-      if (end > at) argv.push_back(a.substr(at, end - at));
-      at = end + 1;
-    }
-  }
+  for (const auto& w : mpi_arg_words(r.mpi_args)) argv.push_back(w);
   argv.push_back("true");
   return run_bounded(argv, log, 10.0) == 0;
 }

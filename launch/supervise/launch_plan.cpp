@@ -103,20 +103,27 @@ std::vector<std::string> mpirun_argv(const RunRequest& r, const Placement& p, co
     append(mpirun_flags::kUnbound);
   for (const auto& [k, v] : envs) argv.insert(argv.end(), {"-x", k + "=" + v});
   bool own_keepalive = false;
-  for (const auto& a : r.mpi_args) {
-    std::istringstream ss(a);  // "--mca btl tcp,self" may come as one argument
-    std::string tok;
-    while (ss >> tok) argv.push_back(tok);
-    own_keepalive = own_keepalive || a.find("oob_tcp_keepalive") != std::string::npos;
+  for (const auto& w : mpi_arg_words(r.mpi_args)) {
+    argv.push_back(w);
+    own_keepalive = own_keepalive || w.find("oob_tcp_keepalive") != std::string::npos;
   }
   // A supervised job on several hosts notices a lost one in seconds (launch/mpirun.flags).
-  if (r.max_restarts > 0 && (!p.hosts.empty() || !p.hostfile.empty() || p.slurm) &&
-      !own_keepalive)
+  if (r.max_restarts > 0 && (!p.hosts.empty() || !p.hostfile.empty() || p.slurm) && !own_keepalive)
     append(mpirun_flags::kHostLoss);
   return argv;
 }
 
 }  // namespace
+
+std::vector<std::string> mpi_arg_words(const std::vector<std::string>& mpi_args) {
+  std::vector<std::string> words;
+  for (const auto& a : mpi_args) {
+    std::istringstream ss(a);
+    std::string tok;
+    while (ss >> tok) words.push_back(tok);
+  }
+  return words;
+}
 
 std::vector<Host> read_hostfile(const std::string& path) {
   std::ifstream in(path);

@@ -46,6 +46,10 @@ struct RunRequest {
   std::string elastic;  // "MIN:MAX" ranks, "" = off
 };
 
+// The words of the --mpi-arg values, each split at spaces ("--mca btl tcp,self" may come as
+// one argument).
+std::vector<std::string> mpi_arg_words(const std::vector<std::string>& mpi_args);
+
 // Where the ranks go: this host, a host list (hostfile or --host) or a SLURM allocation.
 struct Placement {
   int np = 1;

@@ -48,3 +48,19 @@ def first_difference(a_lines, b_lines):
     if len(a_lines) != len(b_lines):
         return min(len(a_lines), len(b_lines)) + 1, "missing lines"
     return None
+
+
+def run_on_cluster(source, script, hosts=2, timeout=240):
+    """Runs the bash `script` as host 1 of launch/multihost/netns_cluster.sh (NETNS_* set);
+    prints its output and exits 77 (ctest: skipped) when the sandbox refuses namespaces.
+    Returns the finished process."""
+    cluster = os.path.join(source, "launch", "multihost", "netns_cluster.sh")
+    env = dict(os.environ, **mpirun_flags.ROOT_ENV)
+    res = subprocess.run([cluster, "--hosts", str(hosts), "--timeout", str(timeout), "--",
+                          "bash", "-c", script],
+                         capture_output=True, text=True, env=env, timeout=timeout + 60)
+    sys.stdout.write(res.stdout + res.stderr)
+    if res.returncode == 77:
+        print("SKIPPED: network namespaces are not available here (reason above)")
+        sys.exit(77)
+    return res

@@ -6,14 +6,12 @@ namespaces or this is not root. Usage: experiments_multihost.py BINARY MPIRUN SO
 import os
 import re
 import shutil
-import subprocess
 import sys
 
-from common import mpirun_flags
+from common import run_on_cluster
 
 binary, mpirun, src, work = sys.argv[1:5]
 tiny = os.path.join(src, "launch", "configs", "tiny.toml")
-cluster = os.path.join(src, "launch", "multihost", "netns_cluster.sh")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 
@@ -26,13 +24,7 @@ $NETNS_COUNTERS > {work}/counters.after
 {binary} layout-check --layouts 1x1,1x2,2x1,2x2 --steps 3 --out {work}/layouts \
   --hostfile "$NETNS_HOSTFILE" --mpi-arg="$NETNS_MPI_ARGS" {tiny} --set run.threads=1
 """
-env = dict(os.environ, **mpirun_flags.ROOT_ENV)
-res = subprocess.run([cluster, "--hosts", "2", "--timeout", "240", "--", "bash", "-c", script],
-                     capture_output=True, text=True, env=env, timeout=300)
-sys.stdout.write(res.stdout + res.stderr)
-if res.returncode == 77:
-    print("SKIPPED: network namespaces are not available here (reason above)")
-    sys.exit(77)
+res = run_on_cluster(src, script)
 if res.returncode != 0:
     raise SystemExit(f"FAIL: the multi-host run exited {res.returncode}")
 

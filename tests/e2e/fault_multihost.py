@@ -5,9 +5,9 @@ the lost daemon (the short TCP keepalives that lockstep run passes to a supervis
 job, launch/mpirun.flags MPIRUN_HOST_LOSS: ~25 s), the supervisor's probe finds host 2
 silent and relaunches on host 1 alone at 1x1 from the newest checkpoint (G4), and the final
 trace equals the uninterrupted DP2 run's byte for byte. Bounded (the cluster's timeout; with
-Open MPI's own keepalives the job would wait ~8 minutes for the lost host) and self-cleaning (the cluster
-kills what still runs in its hosts and removes its namespaces; checked here: no process, no
-namespace, no cluster directory left). Exits 77 (ctest: skipped) when the sandbox refuses
+Open MPI's own keepalives the job would wait ~8 minutes for the lost host) and self-cleaning
+(the cluster kills what still runs in its hosts and removes its namespaces; checked here: no
+process, no namespace, no cluster directory left). Exits 77 (ctest: skipped) when the sandbox refuses
 namespaces or this is not root.
 Usage: fault_multihost.py BINARY MPIRUN SOURCE_DIR WORK_DIR"""
 import json
@@ -17,11 +17,10 @@ import shutil
 import subprocess
 import sys
 
-from common import mpirun_flags
+from common import run_on_cluster
 
 binary, mpirun, src, work = sys.argv[1:5]
 tiny = os.path.join(src, "launch", "configs", "tiny.toml")
-cluster = os.path.join(src, "launch", "multihost", "netns_cluster.sh")
 shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 sets = "--set run.steps=60 --set ckpt.interval=10 --set ckpt.keep=2"
@@ -53,13 +52,7 @@ echo "supervised run exit $rc, $(( ($(date +%s%N) - cut) / 1000000 )) ms after t
 echo "processes left on $H2: $(ip netns pids "$H2" | wc -l)"
 exit $rc
 """
-env = dict(os.environ, **mpirun_flags.ROOT_ENV)
-res = subprocess.run([cluster, "--hosts", "2", "--timeout", "240", "--", "bash", "-c", script],
-                     capture_output=True, text=True, env=env, timeout=300)
-sys.stdout.write(res.stdout + res.stderr)
-if res.returncode == 77:
-    print("SKIPPED: network namespaces are not available here (reason above)")
-    sys.exit(77)
+res = run_on_cluster(src, script)
 # Self-cleaning: no process of this test, no namespace and no cluster directory left.
 cluster_id = re.search(r"bridge in namespace (ls\d+)br", res.stdout)
 cluster_dir = re.search(r"cluster dir (\S+)", res.stdout)
