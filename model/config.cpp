@@ -18,6 +18,7 @@ std::vector<std::string> model_config_problems(const ModelConfig& m, std::int64_
     if (!ok) p.push_back(msg);
   };
   need(m.vocab >= 2, "model.vocab = " + s(m.vocab) + " must be >= 2");
+  need(m.vocab_pad_to >= 1, "model.vocab_pad_to = " + s(m.vocab_pad_to) + " must be >= 1");
   need(m.context >= 1, "model.context = " + s(m.context) + " must be >= 1");
   need(m.layers >= 1, "model.layers = " + s(m.layers) + " must be >= 1");
   need(m.d_model >= 1 && m.heads >= 1 && m.ffn >= 1,
@@ -31,8 +32,13 @@ std::vector<std::string> model_config_problems(const ModelConfig& m, std::int64_
          "model.heads = " + s(m.heads) + " is not divisible by parallel.tp = " + s(tp));
     need(m.ffn % tp == 0,
          "model.ffn = " + s(m.ffn) + " is not divisible by parallel.tp = " + s(tp));
-    need(m.vocab % tp == 0,
-         "model.vocab = " + s(m.vocab) + " is not divisible by parallel.tp = " + s(tp));
+    need(m.padded_vocab() % tp == 0,
+         m.vocab_pad_to == 1
+             ? "model.vocab = " + s(m.vocab) + " is not divisible by parallel.tp = " + s(tp) +
+                   " (model.vocab_pad_to pads it)"
+             : "the padded vocabulary " + s(m.padded_vocab()) + " (model.vocab = " + s(m.vocab) +
+                   " padded to a multiple of model.vocab_pad_to = " + s(m.vocab_pad_to) +
+                   ") is not divisible by parallel.tp = " + s(tp));
   }
   return p;
 }
@@ -50,7 +56,7 @@ std::string model_invariance_reason(const ModelConfig& c, int tp, int B, std::in
   if (!pow2(tp)) return "TP=" + s(tp) + " is not a power of two";
   if (!pow2(B)) return "reduce_block=" + s(B) + " is not a power of two";
   auto whole_pow2_blocks = [&](std::int64_t n) { return n % B == 0 && pow2(n / B); };
-  const std::int64_t dl = c.d_model / tp, fl = c.ffn / tp, vl = c.vocab / tp;
+  const std::int64_t dl = c.d_model / tp, fl = c.ffn / tp, vl = c.padded_vocab() / tp;
   if (tp > 1) {
     if (!whole_pow2_blocks(dl))
       return "d_model/tp=" + s(dl) + " is not a power-of-two number of reduce_block=" + s(B) +

@@ -12,7 +12,9 @@
 namespace lockstep {
 
 struct ModelConfig {
-  std::int64_t vocab = 256;
+  std::int64_t vocab = 256;       // the tokenizer's vocabulary: every token and label is below
+  std::int64_t vocab_pad_to = 1;  // the model's vocabulary is vocab rounded up to a multiple
+                                  // of this (Megatron's make_vocab_size_divisible_by)
   std::int64_t context = 64;
   std::int64_t layers = 2;
   std::int64_t d_model = 128;
@@ -25,10 +27,18 @@ struct ModelConfig {
   double ln_eps = 1e-5;
 
   std::int64_t head_dim() const { return d_model / heads; }
+  // The rows of the embedding and the LM head: vocab rounded up to a multiple of vocab_pad_to.
+  // The padded rows are real parameters that no label selects (they still take part in the
+  // softmax, as in Megatron). Unlike Megatron's rule (a multiple of the padding x TP) it does
+  // not depend on the layout: the model's shapes must not, or G3 could not hold.
+  std::int64_t padded_vocab() const {
+    const std::int64_t q = vocab_pad_to > 0 ? vocab_pad_to : 1;
+    return (vocab + q - 1) / q * q;
+  }
 };
 
 // Every problem with cfg at tensor-parallel size tp, one line each naming the config keys
-// (non-positive sizes, d_model not a multiple of heads, heads/ffn/vocab not divisible by tp,
+// (non-positive sizes, d_model not a multiple of heads, heads/ffn/padded vocab not divisible by tp,
 // dropout outside [0, 1), ln_eps <= 0); empty: valid. The config validator
 // (launch/train/validate.hpp) reports these lines with the rest.
 std::vector<std::string> model_config_problems(const ModelConfig& cfg, std::int64_t tp);

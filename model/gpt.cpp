@@ -57,7 +57,7 @@ gpt_detail::Pass::Pass(State& state, const ModelConfig& config, const TpContext&
       mb(state.mb),
       dl(config.d_model / tpc.size()),
       fl(config.ffn / tpc.size()),
-      vl(config.vocab / tpc.size()),
+      vl(config.padded_vocab() / tpc.size()),
       H(config.heads),
       Hl(config.heads / tpc.size()),
       hd(config.head_dim()),

@@ -29,7 +29,7 @@ void embedding_forward(const Pass& ps, const std::int32_t* tokens) {
   const std::int64_t T = ps.T, d = ps.d;
   ensure(m.h, T * d);
   ensure(m.y, T * d);
-  vocab_embedding_forward(ps.tp, tokens, T, ps.P(m.embed), ps.cfg.vocab, d, m.h.data());
+  vocab_embedding_forward(ps.tp, tokens, T, ps.P(m.embed), ps.cfg.padded_vocab(), d, m.h.data());
   add_positions(ps, ps.P(m.pos), m.h.data());
   if (m.dropout_on) {
     ensure(m.keep0, T * d);

@@ -35,7 +35,7 @@ float cross_entropy_forward(const Pass& ps, const std::int32_t* labels) {
   ensure(m.csumexp, T);
   ensure(m.ce_scratch, 2 * T);
   ensure(m.loss_tok, T);
-  vocab_parallel_ce_forward(ps.tp, m.logits.data(), labels, T, ps.cfg.vocab, m.cmax.data(),
+  vocab_parallel_ce_forward(ps.tp, m.logits.data(), labels, T, ps.cfg.padded_vocab(), m.cmax.data(),
                             m.csumexp.data(), m.ce_scratch.data(), m.loss_tok.data());
   const float loss = csum(m.loss_tok.data(), T, ps.B);
   if (m.rec) {
@@ -50,8 +50,8 @@ void cross_entropy_backward(const Pass& ps, const std::int32_t* labels, float lo
   State& m = ps.m;
   const std::int64_t T = ps.T;
   if (m.rec) m.save(m.rec_b, m.logits.data(), T * ps.vl);
-  vocab_parallel_ce_backward(ps.tp, m.logits.data(), m.csumexp.data(), labels, T, ps.cfg.vocab,
-                             loss_scale);
+  vocab_parallel_ce_backward(ps.tp, m.logits.data(), m.csumexp.data(), labels, T,
+                             ps.cfg.padded_vocab(), loss_scale);
   if (m.rec) m.record(kLossBwd, {cs(m.rec_b), cs(m.csumexp), id_bytes(labels, T)}, cs(m.logits));
 }
 

@@ -30,7 +30,7 @@ ParamTable ParamTable::build(const ModelConfig& c) {
     p.terms = std::move(terms);
     t.entries_.push_back(std::move(p));
   };
-  add("embed.weight", {c.vocab, d}, 0, InitKind::normal, std0, {"head", "lookup"});
+  add("embed.weight", {c.padded_vocab(), d}, 0, InitKind::normal, std0, {"head", "lookup"});
   add("pos_embed.weight", {c.context, d}, -1, InitKind::normal, std0);
   for (std::int64_t i = 0; i < c.layers; ++i) {
     const std::string L = "layers." + std::to_string(i) + ".";

@@ -54,6 +54,9 @@ KeyInfo key(std::string name, std::string help, At at) {
 std::vector<KeyInfo> make_keys() {
   return {
       key("model.vocab", "vocabulary size (byte tokenizer: 256)", AT(model.vocab)),
+      key("model.vocab_pad_to",
+          "the model's vocabulary is model.vocab rounded up to a multiple of this (1: none)",
+          AT(model.vocab_pad_to)),
       key("model.context", "sequence length in tokens", AT(model.context)),
       key("model.layers", "transformer blocks", AT(model.layers)),
       key("model.d_model", "hidden size", AT(model.d_model)),

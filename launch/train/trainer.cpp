@@ -222,12 +222,15 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
       job.kctx().threads, cfg.run.out.c_str(), isa_name(job.kctx().isa),
       gemm_impl_name(job.model().tp().gemm_impl()));
   std::printf(
-      "  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld, context %lld, "
+      "  model: %lld layers, d_model %lld, %lld heads, ffn %lld, vocab %lld%s, context %lld, "
       "%lld parameters\n",
       static_cast<long long>(m.layers), static_cast<long long>(m.d_model),
       static_cast<long long>(m.heads), static_cast<long long>(m.ffn),
-      static_cast<long long>(m.vocab), static_cast<long long>(m.context),
-      static_cast<long long>(job.model().table().numel()));
+      static_cast<long long>(m.vocab),
+      m.padded_vocab() == m.vocab
+          ? ""
+          : (" (padded to " + std::to_string(m.padded_vocab()) + ")").c_str(),
+      static_cast<long long>(m.context), static_cast<long long>(job.model().table().numel()));
   std::printf("  data: %s, %lld samples of %lld tokens, global batch %lld\n",
               job.dataset().source().describe().c_str(),
               static_cast<long long>(job.dataset().num_samples()),

@@ -144,7 +144,7 @@ GuaranteeReport guarantees(const Config& c, int world_size) {
     if (tp > 1) {
       add(alignment_problem("row-parallel K per TP rank (d_model / tp)", m.d_model / tp, B));
       add(alignment_problem("row-parallel K per TP rank (ffn / tp)", m.ffn / tp, B));
-      add(alignment_problem("vocab shard per TP rank (vocab / tp)", m.vocab / tp, B));
+      add(alignment_problem("vocab shard per TP rank (vocab / tp)", m.padded_vocab() / tp, B));
     }
     add(alignment_problem("tokens per microbatch (microbatch x context)", mb_tokens, B));
     if (dp > 1)

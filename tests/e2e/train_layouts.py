@@ -49,5 +49,22 @@ for i, (name, np, sets) in enumerate(layouts):
         failed += 1
         print(f"  {name:28s} DIFFERS: first at step {diff[0]}, {diff[1]}")
 n = len(layouts) - 1
+
+# A padded vocabulary (model.vocab_pad_to): 250 tokens, 256 rows in the embedding and the LM
+# head (the 6 padded rows are real parameters no label selects); the same bits on every layout.
+padded = ["run.threads=1", "model.vocab=250", "model.vocab_pad_to=128"]
+pref = None
+for name, np, sets in [("padded vocab 1x1", 1, []), ("padded vocab TP=2", 2, ["parallel.tp=2"]),
+                       ("padded vocab TP=2 x DP=2", 4, ["parallel.tp=2"])]:
+    out = os.path.join(work, name.replace(" ", "_").replace("=", ""))
+    run_train(binary, mpirun, np, out, config, steps + padded + sets)
+    trace = read_trace(out)
+    if pref is None:
+        pref = trace
+        continue
+    n += 1
+    diff = first_difference(pref, trace)
+    failed += diff is not None
+    print(f"  {name:28s} " + ("identical to padded vocab 1x1" if diff is None else f"DIFFERS: {diff}"))
 print(f"{n - failed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

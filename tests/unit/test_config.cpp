@@ -32,6 +32,30 @@ TEST_CASE("presets load and are valid on the layouts they are meant for") {
   REQUIRE(b.model.context == 256);
   REQUIRE(b.data.global_batch == 16);
   REQUIRE(config_problems(b, 2).empty());
+  // GPT-2 small: 50257 tokens padded to 50304 rows (a multiple of 128), valid at TP 1, 2, 4.
+  Config g;
+  load_toml_file(g, preset("gpt2-small.toml"));
+  REQUIRE((g.model.d_model == 768 && g.model.heads == 12 && g.model.ffn == 3072));
+  REQUIRE((g.model.vocab == 50257 && g.model.padded_vocab() == 50304));
+  for (int tp : {1, 2, 4}) {
+    g.parallel.tp = tp;
+    INFO(tp);
+    REQUIRE(config_problems(g, tp).empty());
+  }
+}
+
+TEST_CASE("model.vocab_pad_to: the model's vocabulary, independent of the layout") {
+  Config c = tiny();
+  apply_override(c, "model.vocab=250");
+  REQUIRE(c.model.padded_vocab() == 250);
+  apply_override(c, "parallel.tp=4");
+  REQUIRE(config_problems(c, 4).size() == 1);  // 250 rows do not split 4 ways
+  REQUIRE(config_problems(c, 4)[0].find("model.vocab_pad_to") != std::string::npos);
+  apply_override(c, "model.vocab_pad_to=128");
+  REQUIRE(c.model.padded_vocab() == 256);
+  REQUIRE(config_problems(c, 4).empty());
+  apply_override(c, "model.vocab_pad_to=0");
+  REQUIRE(!config_problems(c, 4).empty());
 }
 
 TEST_CASE("--set overrides parse by the key's type") {
@@ -145,15 +169,30 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
 
 TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {
   // Specs are parsed when they are read: a malformed one is refused by the override itself.
-  for (const char* set :
-       {"verify.ops=5", "verify.ops=3-2", "verify.ops=0-2", "debug.bitflip=0:1",
-        "debug.bitflip=1:0:param/x", "debug.kill_in_save=0", "debug.interleave=fast",
-        "debug.interleave=fast,fast", "debug.interleave=fast,quick", "debug.interleave=,",
-        "run.isa=avx1024", "verify.hash=md5", "optim.schedule=step", "debug.nan=3",
-        "debug.nan=0:embed.weight", "debug.nan=x:embed.weight", "debug.nan=3:embed.weight:x",
-        "optim.on_nonfinite=ignore", "run.step_timeout=abc", "run.step_timeout=-1",
-        "run.step_timeout=", "run.step_timeout=1e3", "run.step_timeout=inf",
-        "run.step_timeout=3s"}) {
+  for (const char* set : {"verify.ops=5",
+                          "verify.ops=3-2",
+                          "verify.ops=0-2",
+                          "debug.bitflip=0:1",
+                          "debug.bitflip=1:0:param/x",
+                          "debug.kill_in_save=0",
+                          "debug.interleave=fast",
+                          "debug.interleave=fast,fast",
+                          "debug.interleave=fast,quick",
+                          "debug.interleave=,",
+                          "run.isa=avx1024",
+                          "verify.hash=md5",
+                          "optim.schedule=step",
+                          "debug.nan=3",
+                          "debug.nan=0:embed.weight",
+                          "debug.nan=x:embed.weight",
+                          "debug.nan=3:embed.weight:x",
+                          "optim.on_nonfinite=ignore",
+                          "run.step_timeout=abc",
+                          "run.step_timeout=-1",
+                          "run.step_timeout=",
+                          "run.step_timeout=1e3",
+                          "run.step_timeout=inf",
+                          "run.step_timeout=3s"}) {
     Config c = tiny();
     INFO(set);
     const std::string key(set, std::string(set).find('='));
