@@ -8,6 +8,7 @@
 
 #include "launch/supervise/job_process.hpp"
 #include "launch/supervise/restart_log.hpp"
+#include "launch/train/host_time.hpp"
 #include "launch/train/validate.hpp"
 #include "lockstep/mpirun_flags.hpp"
 #include "runtime/error.hpp"
@@ -41,7 +42,7 @@ std::vector<int> tp_candidates(int config_tp, int n) {
 }
 
 bool host_answers(const Host& h, const RunRequest& r, const std::string& log) {
-  if (h.name == this_host() || h.name == "localhost" || h.name == "127.0.0.1") return true;
+  if (h.name == host_name() || h.name == "localhost" || h.name == "127.0.0.1") return true;
   std::vector<std::string> argv = {"mpirun", "-np", "1", "--host", h.name + ":1"};
   if (geteuid() == 0)
     argv.insert(argv.end(), std::begin(mpirun_flags::kRoot), std::end(mpirun_flags::kRoot));
@@ -61,12 +62,6 @@ ElasticRange parse_elastic(const std::string& text) {
         "--elastic '" + text + "' is not MIN:MAX ranks with 1 <= MIN <= MAX",
         "e.g. --elastic 1:2 (relaunch on 1 or 2 ranks)");
   return e;
-}
-
-std::string this_host() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "localhost";
-  return buf;
 }
 
 Availability probe_pool(const Placement& first, const ElasticRange& range, const RunRequest& r,

@@ -51,7 +51,4 @@ std::optional<LayoutChoice> choose_layout(const config::Config& cfg, const Layou
 std::string why_bits_hold(const LayoutChoice& prev, const LayoutChoice& next,
                           const std::string& checkpoint);
 
-// This host's name (gethostname).
-std::string this_host();
-
 }  // namespace lockstep::supervise

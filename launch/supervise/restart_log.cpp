@@ -1,27 +1,17 @@
 #include "launch/supervise/restart_log.hpp"
 
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <ctime>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "launch/train/host_time.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::supervise {
 namespace {
-
-std::string utc_now() {
-  const std::time_t t = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 void append(const std::string& run_out, const nlohmann::json& j) {
   const std::string path = run_out + "/restarts.jsonl";
@@ -39,7 +29,7 @@ void append(const std::string& run_out, const nlohmann::json& j) {
 
 void append_failure(const std::string& run_out, const FailureRecord& r) {
   append(run_out, {{"event", "failure"},
-                   {"time", utc_now()},
+                   {"time", utc_timestamp()},
                    {"attempt", r.attempt},
                    {"step", r.step},
                    {"rank", r.rank},
@@ -50,7 +40,7 @@ void append_failure(const std::string& run_out, const FailureRecord& r) {
 
 void append_relaunch(const std::string& run_out, const RelaunchRecord& r) {
   append(run_out, {{"event", "relaunch"},
-                   {"time", utc_now()},
+                   {"time", utc_timestamp()},
                    {"attempt", r.attempt},
                    {"np", r.np},
                    {"tp", r.tp},

@@ -14,6 +14,7 @@
 #include "launch/supervise/job_process.hpp"
 #include "launch/supervise/restart_log.hpp"
 #include "launch/train/exit_status.hpp"
+#include "launch/train/host_time.hpp"
 #include "launch/train/run_lock.hpp"
 #include "runtime/error.hpp"
 
@@ -51,7 +52,7 @@ Attempt run_attempt(const Launch& l, JobOutput& out) {
   a.error = out.error();
   a.lost = out.lost();
   if (!a.lost && !l.mpirun() && a.code > 128)  // `lockstep train` itself was killed
-    a.lost = LostRank{0, job.pid(), this_host(), a.code - 128,
+    a.lost = LostRank{0, job.pid(), host_name(), a.code - 128,
                       "killed by signal " + std::to_string(a.code - 128)};
   return a;
 }

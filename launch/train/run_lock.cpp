@@ -6,11 +6,11 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
-#include <ctime>
 #include <filesystem>
 #include <sstream>
 #include <thread>
 
+#include "launch/train/host_time.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep {
@@ -28,21 +28,6 @@ struct flock whole_file(short type) {
   fl.l_len = 0;  // the whole file
   fl.l_pid = 0;  // required by F_OFD_*
   return fl;
-}
-
-std::string hostname() {
-  char buf[256] = {};
-  if (gethostname(buf, sizeof buf - 1) != 0) return "?";
-  return buf;
-}
-
-std::string utc_now() {
-  const std::time_t t = std::time(nullptr);
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
 }
 
 // The holder's text: "host\tpid\tstarted\tcommand\n".
@@ -98,8 +83,8 @@ RunLock::RunLock(const std::string& run_out, const std::string& command) {
              parse_holder(text).describe() + ")",
          "wait for it to end or stop it, or set run.out to another directory");
   }
-  const std::string line =
-      hostname() + "\t" + std::to_string(getpid()) + "\t" + utc_now() + "\t" + command + "\n";
+  const std::string line = host_name() + "\t" + std::to_string(getpid()) + "\t" + utc_timestamp() +
+                           "\t" + command + "\n";
   const bool ok = ftruncate(fd_, 0) == 0 &&
                   pwrite(fd_, line.data(), line.size(), 0) == static_cast<ssize_t>(line.size());
   check(ok, "cannot write '" + path + "': " + std::strerror(errno), "check the disk of run.out");

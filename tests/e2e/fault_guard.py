@@ -78,6 +78,15 @@ def wait_gone(pids, timeout):
     return not any(alive(p) for p in pids)
 
 
+def kill_and_time(proc, tree, bound):
+    """kill -9 of proc alone; whether every process of `tree` is gone within `bound` seconds,
+    and how long it took."""
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    t0 = time.time()
+    return wait_gone(tree, bound), time.time() - t0
+
+
 def kill_all(proc):
     pids = children(proc.pid)
     for p in pids + [proc.pid]:
@@ -126,14 +135,11 @@ elif part == "orphan":
     job = start(2, out, sets)
     wait_for_steps(out, 5, job)
     ranks = children(job.pid)
-    os.kill(job.pid, signal.SIGKILL)
-    job.communicate(timeout=60)
     # The kernel kills them with their parent (PR_SET_PDEATHSIG): at once, where Open MPI alone
     # took a second or more (measured: 1.0 s without the guard, 0.04 s with it).
-    t0 = time.time()
-    gone = wait_gone(ranks, 0.5)
+    gone, took = kill_and_time(job, ranks, 0.5)
     report("kill -9 of mpirun alone: its ranks are gone within 0.5 s", gone and len(ranks) == 2,
-           f"{len(ranks)} ranks, gone after {time.time() - t0:.2f} s")
+           f"{len(ranks)} ranks, gone after {took:.2f} s")
     # Restart at once; a relaunch that finds the lock still held is refused cleanly (exit 6)
     # and retried, as the supervisor does.
     attempts, res = 0, None
@@ -158,12 +164,9 @@ elif part == "orphan":
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=ENV)
     wait_for_steps(out, 3, sup)
     tree = descendants(sup.pid)
-    os.kill(sup.pid, signal.SIGKILL)
-    sup.communicate(timeout=60)
-    t0 = time.time()
-    gone = wait_gone(tree, 1.0)
+    gone, took = kill_and_time(sup, tree, 1.0)
     report("kill -9 of lockstep run: mpirun and the ranks are gone within 1 s",
-           gone and len(tree) >= 3, f"{len(tree)} processes, {time.time() - t0:.2f} s")
+           gone and len(tree) >= 3, f"{len(tree)} processes, {took:.2f} s")
 
 elif part == "nonfinite":
     tensor = "layers.0.attn.q.weight"
