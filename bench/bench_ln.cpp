@@ -36,17 +36,19 @@ void csum_each_row(const float* X, std::int64_t rows, std::int64_t n, std::int64
   std::int64_t r0 = 0;
   for (; r0 + kR <= rows; r0 += kR) {
     RowCounters c;
+    const std::int64_t leaves = (n + block - 1) / block;
     for (std::int64_t lo = 0; lo < n; lo += block) {
       const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
       float acc[kR];
       for (int r = 0; r < kR; ++r) acc[r] = kAdditiveIdentity;
       for (std::int64_t k = lo; k < hi; ++k)
         for (int r = 0; r < kR; ++r) acc[r] += X[(r0 + r) * ld + k];
-      for (int r = 0; r < kR; ++r) c.push(r, acc[r]);
+      const int merges = merges_after_leaf(TreeShape::halving, leaves, lo / block);
+      for (int r = 0; r < kR; ++r) c.push(r, acc[r], merges);
     }
     for (int r = 0; r < kR; ++r) out[r0 + r] = c.result(r);
   }
-  for (; r0 < rows; ++r0) out[r0] = csum(X + r0 * ld, n, block);
+  for (; r0 < rows; ++r0) out[r0] = csum(X + r0 * ld, n, SumRule{block});
 }
 
 void layernorm_forward_impl(const KernelCtx& ctx, float* xw, const float* x, const float* res,

@@ -69,7 +69,7 @@ int main(int argc, char** argv) {
           g[i] = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) * 0x1p-32f;
         }
       }
-    GradSync sync(model, grid, mode, zero, kctx.threads);
+    GradSync sync(model, grid, mode, zero, kctx.threads, kctx.tree, 1);  // one microbatch
     StateTrace state(sync, world, grid, HashKind::lockstep, FpVersion::v2, 1, 1, kctx.threads);
     AdamWConfig acfg;
     std::vector<AdamWTensor> tensors;
@@ -102,7 +102,7 @@ int main(int argc, char** argv) {
         if (pass == 0) world.barrier();
         timed("pack", count && pass == 0, [&] {
           sync.begin_step();
-          sync.push_microbatch();
+          sync.push_microbatch(1);
         });
         timed("dp_reduce", count && pass == 0, [&] { sync.reduce(); });
         if (pass == 0) {

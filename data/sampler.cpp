@@ -97,6 +97,18 @@ std::vector<int64_t> Sampler::microbatch(int dp, int rank, int64_t mb, int64_t m
   return {local.begin() + m * mb, local.begin() + (m + 1) * mb};
 }
 
+void Sampler::fill_sequences(const GptDataset& ds, int dp, int rank, int64_t first,
+                             int64_t count, int32_t* tokens, int32_t* labels) const {
+  check(ds.num_samples() == cfg_.num_samples,
+        "sampler built for " + std::to_string(cfg_.num_samples) +
+            " samples used with a dataset of " + std::to_string(ds.num_samples()));
+  const std::vector<int64_t> local = rank_batch(dp, rank);
+  check(first >= 0 && count >= 1 && first + count <= static_cast<int64_t>(local.size()),
+        "sampler: sequences [" + std::to_string(first) + ", " + std::to_string(first + count) +
+            ") out of range [0, " + std::to_string(local.size()) + ")");
+  ds.fill(local.data() + first, count, tokens, labels);
+}
+
 void Sampler::fill_microbatch(const GptDataset& ds, int dp, int rank, int64_t mb, int64_t m,
                               int32_t* tokens, int32_t* labels) const {
   check(ds.num_samples() == cfg_.num_samples,

@@ -62,6 +62,10 @@ class Sampler {
   // Row-major [mb, C] tokens and labels of that microbatch.
   void fill_microbatch(const GptDataset& ds, int dp, int rank, int64_t mb, int64_t m,
                        int32_t* tokens, int32_t* labels) const;
+  // Row-major [count, C] tokens and labels of this DP rank's sequences [first, first + count)
+  // (a microbatch of launch's MicrobatchPlan, whose sizes may differ).
+  void fill_sequences(const GptDataset& ds, int dp, int rank, int64_t first, int64_t count,
+                      int32_t* tokens, int32_t* labels) const;
   // The step is done: move past the global batch (rolling into the next epoch as specified).
   void advance();
 

@@ -1,5 +1,7 @@
 #include "model/config.hpp"
 
+#include <tuple>
+
 #include "runtime/error.hpp"
 
 namespace lockstep {
@@ -52,25 +54,48 @@ void validate_model_config(const ModelConfig& c, int tp) {
   fail(msg, "fix the [model] keys named (tensor parallelism splits heads, ffn and vocab by tp)");
 }
 
-std::string model_invariance_reason(const ModelConfig& c, int tp, int B, std::int64_t mb) {
-  if (!pow2(tp)) return "TP=" + s(tp) + " is not a power of two";
-  if (!pow2(B)) return "reduce_block=" + s(B) + " is not a power of two";
-  auto whole_pow2_blocks = [&](std::int64_t n) { return n % B == 0 && pow2(n / B); };
-  const std::int64_t dl = c.d_model / tp, fl = c.ffn / tp, vl = c.padded_vocab() / tp;
-  if (tp > 1) {
-    if (!whole_pow2_blocks(dl))
-      return "d_model/tp=" + s(dl) + " is not a power-of-two number of reduce_block=" + s(B) +
-             " blocks (attention proj is row-parallel)";
-    if (!whole_pow2_blocks(fl))
-      return "ffn/tp=" + s(fl) + " is not a power-of-two number of reduce_block=" + s(B) +
-             " blocks (fc2 is row-parallel)";
-    if (!whole_pow2_blocks(vl))
-      return "vocab/tp=" + s(vl) + " is not a power-of-two number of reduce_block=" + s(B) +
-             " blocks (vocab-parallel LM head and cross-entropy)";
+std::string feature_cut_problem(TreeShape tree, const std::string& what, const std::string& key,
+                                std::int64_t n, std::int64_t parts, std::int64_t B) {
+  if (parts == 1) return {};
+  if (!pow2(parts)) return what + ": " + s(parts) + " shards is not a power of two";
+  const std::int64_t shard = n / parts;
+  const bool whole = n % parts == 0 && shard % B == 0;
+  if (whole && (tree == TreeShape::halving || pow2(shard / B))) return {};
+  // The sizes of n nearest below and above that would keep every cut on a node.
+  const std::int64_t unit = parts * B;
+  std::int64_t lo = 0, hi = 0;
+  if (tree == TreeShape::halving) {
+    lo = n / unit * unit, hi = lo + unit;
+  } else {
+    for (hi = unit; hi <= n; hi *= 2) lo = hi;
   }
+  const std::string sizes = lo > 0 ? s(lo) + " or " + s(hi) : s(hi);
+  const std::string rule = tree == TreeShape::halving
+                               ? "is not a whole number of blocks of " + s(B)
+                               : "is not a power-of-two number of blocks of " + s(B);
+  return what + " = " + (n % parts == 0 ? s(shard) : s(n) + " / " + s(parts)) + " " + rule +
+         "; " + key + " " + sizes + " would keep G3";
+}
+
+std::string model_invariance_reason(const ModelConfig& c, int tp, int B, std::int64_t mb,
+                                    TreeShape tree) {
+  if (!pow2(tp)) return "TP=" + s(tp) + " is not a power of two";
+  if (tree == TreeShape::pow2 && !pow2(B)) return "reduce_block=" + s(B) + " is not a power of two";
+  if (tp > 1) {
+    for (const auto& [what, key, n, why] :
+         {std::tuple<const char*, const char*, std::int64_t, const char*>{
+              "model.d_model / tp", "model.d_model", c.d_model, " (attention proj is row-parallel)"},
+          {"model.ffn / tp", "model.ffn", c.ffn, " (fc2 is row-parallel)"},
+          {"padded vocab / tp", "a padded vocab (model.vocab_pad_to) of", c.padded_vocab(),
+           " (vocab-parallel LM head and cross-entropy)"}}) {
+      const std::string p = feature_cut_problem(tree, what, key, n, tp, B);
+      if (!p.empty()) return p + why;
+    }
+  }
+  if (tree == TreeShape::halving) return {};
   const std::int64_t tokens = mb * c.context;
   if (!pow2(mb)) return "microbatch=" + s(mb) + " is not a power of two";
-  if (!whole_pow2_blocks(tokens))
+  if (tokens % B != 0 || !pow2(tokens / B))
     return "microbatch tokens " + s(tokens) +
            " are not a power-of-two number of reduce_block=" + s(B) +
            " blocks (weight gradients reduce over tokens)";

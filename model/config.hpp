@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "runtime/reduce_tree.hpp"
+
 namespace lockstep {
 
 struct ModelConfig {
@@ -45,11 +47,20 @@ std::vector<std::string> model_config_problems(const ModelConfig& cfg, std::int6
 // Throws a lockstep::Error listing model_config_problems(cfg, tp) if there is any.
 void validate_model_config(const ModelConfig& cfg, int tp);
 
-// Empty when every reduction the model runs at this TP size, reduce_block and microbatch
-// size (sequences per forward_backward) is an aligned power-of-two subtree of the
-// single-process canonical sum (G3 holds); otherwise one sentence naming the first shape that
-// breaks it (the run is then deterministic, G1/G2, but not layout-invariant).
+// Why cutting a feature axis of n elements into `parts` equal shards (TP) does not put every
+// shard on a node of the axis' canonical tree (runtime/reduce_tree.hpp), with the nearby sizes
+// that would; empty if it does. `what` names the shard ("row-parallel K per TP rank (ffn /
+// tp)"), `key` the size to change ("model.ffn"). The rule: parts a power of two, n / parts a
+// whole number of blocks of B, and (halving) nothing more, (pow2) a power of two of them.
+std::string feature_cut_problem(TreeShape tree, const std::string& what, const std::string& key,
+                                std::int64_t n, std::int64_t parts, std::int64_t B);
+
+// Empty when every reduction the model runs at this TP size, reduce_block, tree and microbatch
+// size (sequences per forward_backward) is a node of the single-process canonical sum's tree
+// (G3 holds); otherwise one sentence naming the first shape that breaks it (the run is then
+// deterministic, G1/G2, but not layout-invariant). Under halving any microbatch size keeps
+// the bits (launch splits it at the tree's nodes), so it only constrains pow2.
 std::string model_invariance_reason(const ModelConfig& cfg, int tp, int reduce_block,
-                                    std::int64_t microbatch);
+                                    std::int64_t microbatch, TreeShape tree = kDefaultTree);
 
 }  // namespace lockstep

@@ -48,6 +48,7 @@ gpt_detail::Pass::Pass(State& state, const ModelConfig& config, const TpContext&
       cfg(config),
       tp(tpc),
       ctx(tpc.kernel()),
+      tok(tpc.tokens()),
       params(parameters),
       grads(gradients),
       seed(dropout_seed),
@@ -82,7 +83,7 @@ void Gpt::set_observer(OpObserver* observer) {
 Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx)
     : cfg_(cfg),
       table_(ParamTable::build(cfg)),
-      tp_(grid, mode, ctx),
+      tp_(grid, mode, ctx, cfg.context),
       impl_(std::make_unique<Impl>()) {
   validate_model_config(cfg_, tp_.size());
   for (std::size_t i = 0; i < table_.size(); ++i) {

@@ -8,9 +8,14 @@
 
 namespace lockstep::gpt_detail {
 
+// The fused kernels evaluate the pow2 tree pruned to the kept leaves; under halving that is
+// the contract only when the block count is a power of two (then both full trees are one).
 bool CausalGemms::use_fused(std::int64_t n) const {
+  const std::int64_t nb = (C_ + B_ - 1) / B_;
+  const bool same_tree = tp_.kernel().tree == TreeShape::pow2 || std::has_single_bit(
+                                                                     static_cast<std::uint64_t>(nb));
   return fused_ && attn_gemm_supported(tp_.kernel(), C_, n, tree_) &&
-         B_ == tp_.kernel().reduce_block;
+         B_ == tp_.kernel().reduce_block && (same_tree || !tree_);
 }
 
 template <class Row>
@@ -50,10 +55,16 @@ void CausalGemms::prefix(std::int64_t n, const float* A, std::int64_t lda, const
     return;
   }
   if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
+  const bool pruned = tree_ && tp_.kernel().tree != TreeShape::pow2;
   for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
     const std::int64_t r1 = std::min(C_, r0 + rows_);
-    tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
-             Y + r0 * ldy, ldy, true);
+    if (pruned) {
+      Sub s{A + r0 * lda, lda, X, ldx, r1 - r0, n, 0, (r1 + B_ - 1) / B_, false, scratch};
+      tree(s, 0, (C_ + B_ - 1) / B_, Y + r0 * ldy, ldy, 0);
+    } else {
+      tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
+               Y + r0 * ldy, ldy, true);
+    }
     if (!exact_ || r1 == C_) continue;
     redo_zero_rows(Y, r0, r1, n, ldy, full_row);
   }
@@ -86,7 +97,7 @@ void CausalGemms::suffix(std::int64_t n, const float* A, std::int64_t lda, const
     }
     if (tree_) {
       const std::int64_t nb = (C_ + B_ - 1) / B_;
-      Sub s{A + j0, lda, X, ldx, j1 - j0, n, m, scratch};
+      Sub s{A + j0, lda, X, ldx, j1 - j0, n, m, nb, true, scratch};
       tree(s, 0, nb, y, ldy, 0);
     } else {
       const std::int64_t k0 = m * B_;
@@ -100,18 +111,21 @@ void CausalGemms::suffix(std::int64_t n, const float* A, std::int64_t lda, const
 
 bool CausalGemms::tree(const Sub& s, std::int64_t lo, std::int64_t hi, float* out, std::int64_t ldo,
                        int depth) const {
-  if (hi <= s.m) return false;
-  if (lo >= s.m) {
+  if (hi <= s.ka || lo >= s.kb) return false;
+  if (lo >= s.ka && hi <= s.kb) {  // a kept node: one GEMM over its K range is its subtree
     const std::int64_t k0 = lo * B_, k1 = std::min(C_, hi * B_);
-    tp_.gemm(perturbed_, Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda,
-             s.X + k0 * s.ldx, s.ldx, out, ldo, true);
+    if (s.trans)
+      tp_.gemm(perturbed_, Trans::T, Trans::N, s.rows, s.n, k1 - k0, s.A + k0 * s.lda, s.lda,
+               s.X + k0 * s.ldx, s.ldx, out, ldo, true);
+    else
+      tp_.gemm(perturbed_, Trans::N, Trans::N, s.rows, s.n, k1 - k0, s.A + k0, s.lda,
+               s.X + k0 * s.ldx, s.ldx, out, ldo, true);
     return true;
   }
-  std::int64_t p = 1;
-  while (p * 2 < hi - lo) p *= 2;
-  if (!tree(s, lo, lo + p, out, ldo, depth + 1)) return tree(s, lo + p, hi, out, ldo, depth + 1);
+  const std::int64_t mid = lo + tree_split(tp_.kernel().tree, hi - lo);
+  if (!tree(s, lo, mid, out, ldo, depth + 1)) return tree(s, mid, hi, out, ldo, depth + 1);
   float* tmp = s.scratch + static_cast<std::int64_t>(depth) * s.rows * s.n;
-  tree(s, lo + p, hi, tmp, s.n, depth + 1);
+  if (!tree(s, mid, hi, tmp, s.n, depth + 1)) return true;
   for (std::int64_t r = 0; r < s.rows; ++r)
     for (std::int64_t c = 0; c < s.n; ++c) out[r * ldo + c] = out[r * ldo + c] + tmp[r * s.n + c];
   return true;

@@ -9,9 +9,11 @@
 //  * O = P V and dQ = dS K reduce over keys, and the masked terms (j > i) are (+0.0) * x. Query
 //    rows [r0, r1) (r1 a multiple of B or C) take the key prefix [0, r1): whole key blocks past
 //    r1 are omitted. dV = P^T dO and dK = dS^T Q reduce over queries; key rows [j0, j1) omit the
-//    leading whole query blocks [0, j0) and evaluate the remaining blocks as the canonical tree
-//    over all blocks with the omitted leaves removed (the aligned subtrees it consists of are
-//    GEMMs, combined left + right).
+//    leading whole query blocks [0, j0). Either way the kept blocks are evaluated as the
+//    canonical tree over all blocks with the omitted leaves removed (the nodes it consists of
+//    are GEMMs, combined left + right). Under pow2 the pruned tree of a prefix is the tree of
+//    the prefix (one GEMM over [0, r1)); under halving it is not, so the prefix takes the same
+//    pruned-tree evaluation as the suffix.
 //  Proof of equality: with x finite, an omitted leaf (or chain tail) is +-0.0, and adding a
 //  zero is exact unless the other side is also zero; removing the zero leaves of the tree
 //  leaves the tree of the remaining leaves. So the result with omissions equals the full
@@ -68,14 +70,19 @@ class CausalGemms {
               float* Y, std::int64_t ldy, float* scratch) const;
 
  private:
+  // One pruned-tree product: rows x n outputs, kept leaves [ka, kb) of the C / B blocks of K;
+  // trans: Y = A^T X (the suffix; A offset to its first column), else Y = A X (the prefix; A
+  // offset to its first row).
   struct Sub {
     const float* A;
     std::int64_t lda;
     const float* X;
-    std::int64_t ldx, rows, n, m;
+    std::int64_t ldx, rows, n, ka, kb;
+    bool trans;
     float* scratch;
   };
-  // T(lo, hi) over query blocks with the leaves < s.m removed; false if none is left.
+  // T(lo, hi) over the K blocks with the leaves outside [s.ka, s.kb) removed; false if none is
+  // left.
   bool tree(const Sub& s, std::int64_t lo, std::int64_t hi, float* out, std::int64_t ldo,
             int depth) const;
   bool use_fused(std::int64_t n) const;

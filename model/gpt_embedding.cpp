@@ -45,8 +45,8 @@ void embedding_backward(const Pass& ps, const std::int32_t* tokens) {
   const std::int64_t T = ps.T, d = ps.d;
   // dx0 = dropout'(dh); position and lookup grads over tokens
   const float* dx0 = branch_dropout_backward(ps, m.keep0);
-  token_row_grad(ps.ctx, m.pos_of.data(), T, dx0, d, d, 0, ps.C, ps.G(m.pos));
-  token_row_grad(ps.ctx, tokens, T, dx0, d, d, ps.vl * ps.tp.rank(), ps.vl, ps.G(m.embed, 1));
+  token_row_grad(ps.tok, m.pos_of.data(), T, dx0, d, d, 0, ps.C, ps.G(m.pos));
+  token_row_grad(ps.tok, tokens, T, dx0, d, d, ps.vl * ps.tp.rank(), ps.vl, ps.G(m.embed, 1));
   if (m.rec) {
     m.record(kPosWgrad, {cs(dx0, T * d)}, ps.gg(m.pos));
     m.record(kEmbedWgrad, {cs(dx0, T * d), id_bytes(tokens, T)}, ps.gg(m.embed, 1));

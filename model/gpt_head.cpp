@@ -37,7 +37,7 @@ float cross_entropy_forward(const Pass& ps, const std::int32_t* labels) {
   ensure(m.loss_tok, T);
   vocab_parallel_ce_forward(ps.tp, m.logits.data(), labels, T, ps.cfg.padded_vocab(), m.cmax.data(),
                             m.csumexp.data(), m.ce_scratch.data(), m.loss_tok.data());
-  const float loss = csum(m.loss_tok.data(), T, ps.B);
+  const float loss = csum(m.loss_tok.data(), T, ps.tok.rule());
   if (m.rec) {
     m.record(kLossFwd, {cs(m.rec_b), id_bytes(labels, T)}, cs(m.loss_tok));
     m.record(kLossSumFwd, {cs(m.loss_tok)}, cs(&loss, 1));
@@ -60,7 +60,7 @@ void logits_backward(const Pass& ps) {
   State& m = ps.m;
   const std::int64_t T = ps.T, d = ps.d, vl = ps.vl;
   const float* dlog = m.logits.data();
-  ps.tp.gemm(m.pt(kHeadWgrad), Trans::T, Trans::N, vl, d, T, dlog, vl, m.hf.data(), d,
+  ps.tp.gemm_tokens(m.pt(kHeadWgrad), Trans::T, Trans::N, vl, d, T, dlog, vl, m.hf.data(), d,
              ps.G(m.embed, 0), d);
   if (m.rec) m.record(kHeadWgrad, {cs(m.logits), cs(m.hf)}, ps.gg(m.embed, 0));
   ensure(m.dhf, T * d);
@@ -77,7 +77,7 @@ void final_ln_backward(const Pass& ps) {
   ensure(m.dh, T * d);
   ensure(m.dy, T * d);
   ensure(m.ln_scratch, T * d);
-  layernorm_backward(ps.ctx, m.dhf.data(), m.xhatf.data(), m.rstdf.data(), ps.P(m.lnfw), T, d,
+  layernorm_backward(ps.tok, m.dhf.data(), m.xhatf.data(), m.rstdf.data(), ps.P(m.lnfw), T, d,
                      m.dh.data(), false, ps.G(m.lnfw), ps.G(m.lnfb), m.ln_scratch.data());
   if (m.rec) {
     m.record(kFinalLnBwd, {cs(m.dhf), cs(m.xhatf), cs(m.rstdf), ps.pp(m.lnfw)}, cs(m.dh));

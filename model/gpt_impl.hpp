@@ -137,7 +137,8 @@ struct Pass {
   State& m;
   const ModelConfig& cfg;
   const TpContext& tp;
-  const KernelCtx& ctx;
+  const KernelCtx& ctx;  // feature-axis reductions (flat)
+  const KernelCtx& tok;  // token-axis reductions: weight and bias gradients, the loss sum
   std::vector<Tensor>& params;
   GradTerms& grads;
   std::uint64_t seed;

@@ -55,7 +55,7 @@ void layer_ln_backward(const Pass& ps, std::int64_t l, const Buf& xhat, const Bu
   State& m = ps.m;
   const std::int64_t T = ps.T, d = ps.d;
   if (m.rec) m.save(m.rec_a, m.dh.data(), T * d);  // dh is updated in place
-  layernorm_backward(ps.ctx, m.dy.data(), xhat.data(), rstd.data(), ps.P(w), T, d, m.dh.data(),
+  layernorm_backward(ps.tok, m.dy.data(), xhat.data(), rstd.data(), ps.P(w), T, d, m.dh.data(),
                      true, ps.G(w), ps.G(b), m.ln_scratch.data());
   if (m.rec) {
     m.record(op_id(l, bwd_op), {cs(m.dy), cs(xhat), cs(rstd), ps.pp(w), cs(m.rec_a)}, cs(m.dh));

@@ -14,6 +14,17 @@ namespace {
 constexpr std::int64_t kLnRows = 16;    // rows of one work unit (a multiple of every path's lanes)
 constexpr std::int64_t kColChunk = 64;  // columns of one parameter-gradient work unit
 
+// The trees of one LayerNorm call: a feature row's leaves (flat, n features) and, for the
+// backward, the token axis' (ctx.rule() over T rows: flat, or sequences).
+struct LnTables {
+  LeafTable row, tokens;
+  LnTables(const KernelCtx& ctx, std::int64_t n, std::int64_t T)
+      : row(AxisLeaves(ctx.flat().rule(), n)), tokens(AxisLeaves(ctx.rule(), T)) {}
+  ln_detail::LnTrees trees(const KernelCtx& ctx) const {
+    return {ctx.reduce_block, row.merges(), tokens.count(), tokens.bounds(), tokens.merges()};
+  }
+};
+
 // LayerNorm forward of rows [0, T); with res != nullptr each row group first does the residual
 // add x = x + res (in place, element by element), so one pass serves both. Rows are
 // independent, so how threads split the groups never changes bits.
@@ -21,11 +32,13 @@ void layernorm_forward_impl(const KernelCtx& ctx, float* xw, const float* x, con
                             std::int64_t T, std::int64_t n, const float* w, const float* b,
                             float eps, float* xhat, float* rstd, float* y) {
   validate(ctx);
+  const LnTables tables(ctx.flat(), n, 0);
+  const ln_detail::LnTrees tr = tables.trees(ctx);
   const std::int64_t groups = (T + kLnRows - 1) / kLnRows;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t gi = 0; gi < groups; ++gi) {
     const std::int64_t t0 = gi * kLnRows, t1 = std::min(T, t0 + kLnRows);
-    ln_detail::forward_rows(ctx, xw, x, res, t0, t1, n, w, b, eps, xhat, rstd, y);
+    ln_detail::forward_rows(ctx, tr, xw, x, res, t0, t1, n, w, b, eps, xhat, rstd, y);
   }
 }
 }  // namespace
@@ -47,9 +60,10 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
                         bool accumulate, float* dw, float* db, float* scratch) {
   validate(ctx);
   const std::int64_t col_chunks = (n + kColChunk - 1) / kColChunk;
-  const std::int64_t B = ctx.reduce_block;
-  const std::int64_t blocks = (T + B - 1) / B;
-  // Fused path: threads split whole blocks of B rows; each block's pass computes its rows' dx
+  const LnTables tables(ctx, n, T);
+  const ln_detail::LnTrees tr = tables.trees(ctx);
+  const std::int64_t blocks = tr.leaves;
+  // Fused path: threads split whole token leaves; each leaf's pass computes its rows' dx
   // and its parameter-gradient leaves (dy and xhat read once), kept in scratch (2n floats per
   // block); after the barrier the leaves are merged by csum_rows' tree, column chunks split
   // over threads. It needs the leaves to fit in scratch (T*n floats) and enough blocks to keep
@@ -60,12 +74,12 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
     {
 #pragma omp for schedule(static)
       for (std::int64_t u = 0; u < blocks; ++u)
-        ln_detail::backward_blocks(ctx, dy, xhat, rstd, w, T, n, u, u + 1, dx_out, accumulate,
+        ln_detail::backward_blocks(ctx, tr, dy, xhat, rstd, w, n, u, u + 1, dx_out, accumulate,
                                    scratch);
 #pragma omp for schedule(static)
       for (std::int64_t c = 0; c < col_chunks; ++c) {
         const std::int64_t j0 = c * kColChunk;
-        ln_detail::fold_leaves(ctx, scratch, blocks, n, j0, std::min(kColChunk, n - j0), dw, db);
+        ln_detail::fold_leaves(ctx, tr, scratch, n, j0, std::min(kColChunk, n - j0), dw, db);
       }
     }
     return;
@@ -79,12 +93,12 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
 #pragma omp for schedule(static) nowait
     for (std::int64_t c = 0; c < col_chunks; ++c) {
       const std::int64_t j0 = c * kColChunk;
-      ln_detail::param_grad_cols(ctx, dy, xhat, T, n, j0, std::min(kColChunk, n - j0), dw, db);
+      ln_detail::param_grad_cols(ctx, tr, dy, xhat, n, j0, std::min(kColChunk, n - j0), dw, db);
     }
 #pragma omp for schedule(static)
     for (std::int64_t gi = 0; gi < groups; ++gi) {
       const std::int64_t t0 = gi * kLnRows, t1 = std::min(T, t0 + kLnRows);
-      ln_detail::backward_rows(ctx, dy, xhat, rstd, w, t0, t1, n, dx_out, accumulate);
+      ln_detail::backward_rows(ctx, tr, dy, xhat, rstd, w, t0, t1, n, dx_out, accumulate);
     }
   }
 }

@@ -1,9 +1,10 @@
 // Row-wise kernels of the GPT model: canonical row sums, LayerNorm forward/backward and
 // Philox dropout masks.
 // Determinism contract (docs/design.md section 2): every reduction over features is the canonical
-// csum of runtime/csum.hpp (block ctx.reduce_block, chains from -0.0, pairwise tree), computed
-// per row; rows are independent, so threads (which split rows) never change bits. LayerNorm
-// parameter gradients reduce over tokens with csum_rows (one microbatch = one subtree).
+// csum of runtime/csum.hpp (block ctx.reduce_block, chains from -0.0, the tree ctx.tree over a
+// flat row), computed per row; rows are independent, so threads (which split rows) never change
+// bits. LayerNorm parameter gradients reduce over tokens with csum_rows under ctx.rule() (pass
+// a token context, KernelCtx::over_sequences; one microbatch node = one subtree).
 #pragma once
 
 #include <cstdint>
@@ -29,10 +30,10 @@ void residual_layernorm_forward(const KernelCtx& ctx, float* h, const float* res
 // Backward, per row: g = dy * w; c1 = csum(g)/n; c2 = csum(g*xhat)/n;
 //   dx = (g - (xhat*c2 + c1)) * rstd.   Parameter grads (over tokens, overwritten):
 //   dw = csum_rows(dy * xhat), db = csum_rows(dy) (the bits of runtime/csum.hpp's csum_rows,
-//   computed in the same parallel region as dx: when T >= 2*ceil(T/B) and there are enough
-//   row blocks, threads split blocks of B rows and each block's column leaves are summed in
+//   computed in the same parallel region as dx: when T >= 2 * (token leaves) and there are
+//   enough leaves, threads split token leaves and each leaf's column chains are summed in
 //   the same pass as its dx, then merged by csum_rows' tree; otherwise column chunks split
-//   over threads). `scratch` holds T*n floats of workspace (the block leaves, 2n per block);
+//   over threads). `scratch` holds T*n floats of workspace (the token leaves, 2n per leaf);
 //   its contents afterwards are unspecified. dy must not alias dx_out or scratch.
 // If accumulate, dx_out = dx_out + dx (the residual stream), else dx_out = dx.
 void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat, const float* rstd,

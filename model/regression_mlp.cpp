@@ -110,7 +110,7 @@ float RegressionMlp::loss(const RegressionBatch& b) {
       const float d = out_[i * O + o] - b.y[i * O + o];
       sq[i * O + o] = d * d;
     }
-  return csum(sq.data(), B * O, ctx_.reduce_block) / static_cast<float>(B * O);
+  return csum(sq.data(), B * O, ctx_.rule()) / static_cast<float>(B * O);
 }
 
 float RegressionMlp::forward_backward(const RegressionBatch& b, ReductionOrder order) {
@@ -123,7 +123,7 @@ float RegressionMlp::forward_backward(const RegressionBatch& b, ReductionOrder o
       const float d = out_[B * O - 1 - e] - b.y[B * O - 1 - e];
       sq[e] = d * d;
     }
-    mse = csum(sq.data(), B * O, ctx_.reduce_block) / static_cast<float>(B * O);
+    mse = csum(sq.data(), B * O, ctx_.rule()) / static_cast<float>(B * O);
   }
   // d loss / d out = 2 (out - y) / (B O), per element before any reduction.
   const float scale = 2.0f / static_cast<float>(B * O);

@@ -9,12 +9,13 @@
 
 namespace lockstep {
 
-GradReducer::GradReducer(std::int64_t len, Determinism mode)
-    : len_(len), mode_(mode), counter_(len) {}
+GradReducer::GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves)
+    : len_(len), mode_(mode), counter_(len, tree, leaves) {}
 
 void GradReducer::reset() {
   counter_.clear();
   n_leaves_ = 0;
+  n_pushed_ = 0;
   deferred_ = nullptr;
 }
 
@@ -24,22 +25,25 @@ bool GradReducer::keep_leaves() const {
 
 void GradReducer::flush_deferred() {
   if (!deferred_) return;
-  counter_.push(deferred_);
+  counter_.push_node(deferred_, deferred_width_);
   deferred_ = nullptr;
 }
 
-void GradReducer::push_microbatch_deferred(const float* grads) {
+void GradReducer::push_microbatch_deferred(const float* grads, std::int64_t width) {
   flush_deferred();
   deferred_ = grads;
+  deferred_width_ = width;
+  ++n_pushed_;
   if (keep_leaves()) {
     if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
     leaves_[n_leaves_++].assign(grads, grads + len_);
   }
 }
 
-void GradReducer::push_microbatch(const float* grads) {
+void GradReducer::push_microbatch(const float* grads, std::int64_t width) {
   flush_deferred();
-  counter_.push(grads);
+  counter_.push_node(grads, width);
+  ++n_pushed_;
   if (keep_leaves()) {
     if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
     leaves_[n_leaves_++].assign(grads, grads + len_);
@@ -84,7 +88,7 @@ void GradReducer::allreduce(const Communicator& dp, std::span<float> out) {
   if (observer_ && observer_->perturb(kOpName)) {
     perturbed_sum(dp, out);
   } else {
-    if (deferred_ && counter_.leaves() == 0) {  // one microbatch: its leaf is the sum
+    if (deferred_ && counter_.leaves() == 0) {  // one microbatch: its node is the root
       if (deferred_ != out.data()) std::copy_n(deferred_, len_, out.data());
     } else {
       flush_deferred();

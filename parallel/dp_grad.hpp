@@ -1,13 +1,14 @@
 // Data-parallel gradient reduction (docs/design.md section 2, "weight gradients"): a step's
 // gradient is one canonical sum over all tokens of the global batch. Each microbatch's
-// backward yields a subtree over its tokens; GradReducer merges the microbatches of this
-// rank with a binary counter (so microbatch size and accumulation count are free) and then
-// combines the DP ranks with the canonical tree (allreduce, or reduce-scatter for the
-// distributed optimizer).
+// backward yields a subtree over its tokens (a node of this rank's tree, parallel/
+// microbatch_plan.hpp); GradReducer merges the microbatches of this rank by that tree's post
+// order (a TreeCombiner: under halving over the rank's sequences, under pow2 a binary counter
+// over equal microbatches) and then combines the DP ranks with the canonical tree (allreduce,
+// or reduce-scatter for the distributed optimizer).
 // Determinism contract: in invariant mode the reduced gradient equals the single-process
-// gradient bit for bit whenever each microbatch and each DP rank owns a power-of-two
-// number of whole token blocks (launch/train/validate.hpp states when). In deterministic and fast
-// modes the microbatches are merged by the same counter and ranks by MPI_Allreduce /
+// gradient bit for bit whenever each DP rank owns a node of the global batch's tree and each
+// microbatch a node of the rank's (launch/train/validate.hpp states when). In deterministic
+// and fast modes the microbatches are merged by the same tree and ranks by MPI_Allreduce /
 // MPI_Reduce_scatter_block: fixed for a layout, not across layouts.
 // Op trace (set_observer, runtime/op_observer.hpp): the reduction records itself as the op
 // "dp.reduce" with inputs = this rank's microbatch gradient buffers (the leaves, in push
@@ -39,21 +40,22 @@ namespace lockstep {
 
 class GradReducer {
  public:
-  // `len` floats: the flat gradient buffer (all gradient terms of this rank, in order).
-  GradReducer(std::int64_t len, Determinism mode);
+  // `len` floats: the flat gradient buffer (all gradient terms of this rank, in order); the
+  // microbatches of a step are nodes of the `tree` over `leaves` leaves (MicrobatchPlan).
+  GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves);
 
   // Starts a new step: forgets all microbatches.
   void reset();
-  // Adds one microbatch's gradient subtree (len floats). All microbatches of a step hold
-  // the same number of sequences.
-  void push_microbatch(const float* grads);
+  // Adds one microbatch's gradient subtree (len floats) covering the next `width` leaves of
+  // the tree (MicrobatchPlan's Microbatch::width).
+  void push_microbatch(const float* grads, std::int64_t width = 1);
   // The same without copying now: `grads` must stay valid and unchanged until the next
   // push_microbatch*() or flush_deferred() call or the end of the step's reduction (the
   // caller may write the next microbatch into the same buffer after flush_deferred()).
-  void push_microbatch_deferred(const float* grads);
+  void push_microbatch_deferred(const float* grads, std::int64_t width = 1);
   // Copies a deferred leaf into the counter (no-op if there is none).
   void flush_deferred();
-  std::int64_t microbatches() const { return counter_.leaves() + (deferred_ ? 1 : 0); }
+  std::int64_t microbatches() const { return n_pushed_; }
 
   // Writes the merged gradient of this rank's microbatches into out (len floats), then
   // sums over `dp` in place: tree allreduce (invariant) or MPI_Allreduce (otherwise).
@@ -76,7 +78,9 @@ class GradReducer {
 
   std::int64_t len_;
   Determinism mode_;
-  BinaryCounter counter_;
+  TreeCombiner counter_;
+  std::int64_t n_pushed_ = 0;
+  std::int64_t deferred_width_ = 0;
   OpObserver* observer_ = nullptr;
   std::vector<std::vector<float>> leaves_;  // copies, only while recording or perturbing
   std::int64_t n_leaves_ = 0;

@@ -29,8 +29,10 @@ bool linear3_single_dgrad(const TpContext& tp, std::int64_t out_l) {
   if (tp.size() != 1) return false;
   if (tp.mode() == Determinism::fast) return true;
   const std::int64_t B = tp.kernel().reduce_block;
-  return tp.mode() == Determinism::invariant && out_l % B == 0 &&
-         std::has_single_bit(static_cast<std::uint64_t>(out_l / B));
+  if (tp.mode() != Determinism::invariant || out_l % B != 0) return false;
+  const auto blocks = static_cast<std::uint64_t>(out_l / B);
+  // T over 3 * 2^j blocks is (T0 + T1) + T2 under pow2 for every j, under halving for j = 0.
+  return tp.kernel().tree == TreeShape::pow2 ? std::has_single_bit(blocks) : blocks == 1;
 }
 
 void linear3_forward(const TpContext& tp, const float* X, std::int64_t T, std::int64_t in,
@@ -47,11 +49,11 @@ void linear3_backward(const TpContext& tp, const float* X, const float* dY, std:
   const std::int64_t n = 3 * out_l, nw = out_l * in;
   float* wcat = scratch;  // weights, then their gradients
   // Weight gradients: one TN GEMM of M = 3 out_l, split into the three tensors.
-  tp.gemm(Trans::T, Trans::N, n, in, T, dY, n, X, in, wcat, in);
+  tp.gemm_tokens(false, Trans::T, Trans::N, n, in, T, dY, n, X, in, wcat, in);
   for (int i = 0; i < 3; ++i) std::copy_n(wcat + i * nw, nw, grads.w[i]);
   if (grads.b[0]) {
     float* bg = wcat + 3 * nw;
-    csum_rows(tp.kernel(), dY, T, n, n, bg);
+    csum_rows(tp.tokens(), dY, T, n, n, bg);
     for (int i = 0; i < 3; ++i) std::copy_n(bg + i * out_l, out_l, grads.b[i]);
   }
   concat(lin, out_l, in, wcat);

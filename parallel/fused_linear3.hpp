@@ -9,8 +9,9 @@
 //    element bits depend on its K only, never on M or N, so concatenating outputs along M or N
 //    changes nothing; bias adds and bias-gradient column sums are per column.
 //  - input gradient: with TP = 1 in invariant mode, when out_l is a power-of-two number of whole
-//    blocks B, the canonical GEMM over K = 3 out_l is T over 3 * 2^j blocks = (T0 + T1) + T2,
-//    exactly (p0 + p1) + p2 (docs/design.md section 2's tree), so one GEMM gives the same bits.
+//    blocks B (pow2 tree) or exactly one block (halving tree), the canonical GEMM over
+//    K = 3 out_l is T over 3 * 2^j blocks = (T0 + T1) + T2, exactly (p0 + p1) + p2
+//    (docs/design.md section 2's tree), so one GEMM gives the same bits.
 //    fast mode (no guarantee) takes the one GEMM too. Otherwise (deterministic mode's single chain,
 //    TP > 1 where each part is reduced over ranks before the sum, other widths) three GEMMs.
 #pragma once

@@ -9,8 +9,8 @@
 
 namespace lockstep {
 
-TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx)
-    : grid_(grid), mode_(mode), ctx_(ctx) {
+TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx, std::int64_t sequence)
+    : grid_(grid), mode_(mode), ctx_(ctx.flat()), tokens_(ctx.over_sequences(sequence)) {
   validate(ctx_);
   impl_ = mode == Determinism::invariant       ? GemmImpl::canonical
           : mode == Determinism::deterministic ? GemmImpl::chain
@@ -21,19 +21,30 @@ TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx)
   }
 }
 
+void TpContext::run_gemm(KernelCtx k, bool perturbed, Trans ta, Trans tb, std::int64_t M,
+                         std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
+                         const float* B, std::int64_t ldb, float* C, std::int64_t ldc) const {
+  if (!perturbed) return lockstep::gemm(k, impl_, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  k.reduce_block = perturbed_block();
+  lockstep::gemm(k, GemmImpl::canonical, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
 void TpContext::gemm(Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K,
                      const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
                      std::int64_t ldc, bool single_thread) const {
-  lockstep::gemm(single_thread ? kernel1() : ctx_, impl_, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  run_gemm(single_thread ? kernel1() : ctx_, false, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void TpContext::gemm(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
                      std::int64_t K, const float* A, std::int64_t lda, const float* B,
                      std::int64_t ldb, float* C, std::int64_t ldc, bool single_thread) const {
-  if (!perturbed) return gemm(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, single_thread);
-  KernelCtx k = single_thread ? kernel1() : ctx_;
-  k.reduce_block = perturbed_block();
-  lockstep::gemm(k, GemmImpl::canonical, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+  run_gemm(single_thread ? kernel1() : ctx_, perturbed, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
+}
+
+void TpContext::gemm_tokens(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+                            std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                            std::int64_t ldb, float* C, std::int64_t ldc) const {
+  run_gemm(tokens_, perturbed, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
 }
 
 void TpContext::allreduce_sum(std::span<float> buf) const {
@@ -75,8 +86,8 @@ void column_linear_backward(const TpContext& tp, const float* X, const float* dY
                             float* db_l, float* dX_partial, bool perturb_wgrad, bool perturb_dgrad,
                             std::int64_t ld_wide) {
   const std::int64_t ldd = ld_wide > 0 ? ld_wide : out_l;
-  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out_l, in, T, dY_l, ldd, X, in, dW_l, in);
-  if (db_l) csum_rows(tp.kernel(), dY_l, T, out_l, ldd, db_l);
+  tp.gemm_tokens(perturb_wgrad, Trans::T, Trans::N, out_l, in, T, dY_l, ldd, X, in, dW_l, in);
+  if (db_l) csum_rows(tp.tokens(), dY_l, T, out_l, ldd, db_l);
   if (dX_partial)
     tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in, out_l, dY_l, ldd, W_l, in, dX_partial, in);
 }
@@ -95,8 +106,8 @@ void row_linear_backward(const TpContext& tp, const float* X_l, const float* dY,
                          float* db, float* dX_l, bool perturb_wgrad, bool perturb_dgrad,
                          std::int64_t ld_wide) {
   const std::int64_t ldx = ld_wide > 0 ? ld_wide : in_l;
-  tp.gemm(perturb_wgrad, Trans::T, Trans::N, out, in_l, T, dY, out, X_l, ldx, dW_l, in_l);
-  if (db) csum_rows(tp.kernel(), dY, T, out, out, db);
+  tp.gemm_tokens(perturb_wgrad, Trans::T, Trans::N, out, in_l, T, dY, out, X_l, ldx, dW_l, in_l);
+  if (db) csum_rows(tp.tokens(), dY, T, out, out, db);
   if (dX_l) tp.gemm(perturb_dgrad, Trans::N, Trans::N, T, in_l, out, dY, out, W_l, in_l, dX_l, ldx);
 }
 

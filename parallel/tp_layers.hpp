@@ -3,12 +3,15 @@
 // [T tokens, features].
 //
 // Determinism contract (docs/design.md section 2), invariant mode:
-//  - every GEMM is the canonical GEMM (runtime/gemm.hpp) with B = ctx.reduce_block;
+//  - every GEMM is the canonical GEMM (runtime/gemm.hpp) with B = ctx.reduce_block and the tree
+//    ctx.tree; a reduction over tokens (weight and bias gradients) runs on the token context
+//    (tokens(): whole sequences of `sequence` tokens under halving, flat under pow2);
 //  - every TP reduction is tree_allreduce over grid.tp_comm() (rank order = tp index order);
 //  - a row-parallel linear splits K = in_features over TP; each rank's local canonical GEMM
 //    over its K = in/tp is an aligned subtree of the single-process GEMM when in/tp is a
-//    power-of-two number of whole blocks, so local GEMM + tree allreduce == the TP=1 GEMM bit
-//    for bit. The bias is added after the reduction.
+//    node of the tree (halving: in / tp whole blocks with tp a power of two dividing the block
+//    count evenly down the tree; pow2: a power-of-two number of whole blocks), so local GEMM +
+//    tree allreduce == the TP=1 GEMM bit for bit. The bias is added after the reduction.
 //  - column-parallel backward dX = dY_local . W_local sums over the local output features, a
 //    subtree of the single-process GEMM's K (= out features) under the same condition, and the
 //    copy-to-TP backward tree-allreduces it.
@@ -36,15 +39,22 @@ namespace lockstep {
 
 class TpContext {
  public:
-  // grid == nullptr: a single process (TP=1), no MPI needed.
-  TpContext(const Grid* grid, Determinism mode, KernelCtx ctx);
+  // grid == nullptr: a single process (TP=1), no MPI needed. sequence: the tokens of one
+  // sequence (the token axis of weight and bias gradients); 0: token reductions are flat.
+  TpContext(const Grid* grid, Determinism mode, KernelCtx ctx, std::int64_t sequence = 0);
 
   int size() const { return size_; }
   int rank() const { return rank_; }
   Determinism mode() const { return mode_; }
   const KernelCtx& kernel() const { return ctx_; }
   // The same context with threads = 1 (for GEMMs called inside parallel loops).
-  KernelCtx kernel1() const { return KernelCtx{ctx_.isa, 1, ctx_.reduce_block}; }
+  KernelCtx kernel1() const {
+    KernelCtx k = ctx_;
+    k.threads = 1;
+    return k;
+  }
+  // The context of a reduction over this pass's tokens (KernelCtx::over_sequences).
+  const KernelCtx& tokens() const { return tokens_; }
   GemmImpl gemm_impl() const { return impl_; }
   // The block of a perturbed op's canonical GEMM (debug.perturb; see the header comment).
   int perturbed_block() const { return std::max(1, ctx_.reduce_block / 4); }
@@ -58,6 +68,10 @@ class TpContext {
   void gemm(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N, std::int64_t K,
             const float* A, std::int64_t lda, const float* B, std::int64_t ldb, float* C,
             std::int64_t ldc, bool single_thread = false) const;
+  // The same with K = tokens (whole sequences): a weight gradient, on tokens().
+  void gemm_tokens(bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+                   std::int64_t K, const float* A, std::int64_t lda, const float* B,
+                   std::int64_t ldb, float* C, std::int64_t ldc) const;
   // Sum over TP ranks in place (tree in invariant mode, vendor otherwise); no-op at TP=1.
   void allreduce_sum(std::span<float> buf) const;
   // Exact elementwise max over TP ranks in place (max is order-free; MPI_MAX), then every
@@ -65,9 +79,15 @@ class TpContext {
   void allreduce_max(std::span<float> buf) const;
 
  private:
+  // C = op(A) op(B) on context k (perturbed: the canonical GEMM with the perturbed block).
+  void run_gemm(KernelCtx k, bool perturbed, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
+                std::int64_t K, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
+                float* C, std::int64_t ldc) const;
+
   const Grid* grid_;
   Determinism mode_;
   KernelCtx ctx_;
+  KernelCtx tokens_;
   GemmImpl impl_;
   int size_ = 1, rank_ = 0;
 };

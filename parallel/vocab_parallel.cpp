@@ -37,7 +37,6 @@ void vocab_embedding_forward(const TpContext& tp, const std::int32_t* tokens, st
 namespace {
 // A sparse level: sorted distinct rows and their vectors.
 struct SparseLevel {
-  std::int64_t weight = 0;
   std::vector<std::int32_t> rows;
   std::vector<float> vals;  // rows.size() x width
 };
@@ -45,7 +44,6 @@ struct SparseLevel {
 // out = left (+) right: union of rows; a row on both sides is left + right.
 SparseLevel merge(const SparseLevel& L, const SparseLevel& R, std::int64_t width) {
   SparseLevel o;
-  o.weight = L.weight + R.weight;
   o.rows.reserve(L.rows.size() + R.rows.size());
   o.vals.reserve((L.rows.size() + R.rows.size()) * width);
   std::size_t i = 0, j = 0;
@@ -78,8 +76,10 @@ SparseLevel merge(const SparseLevel& L, const SparseLevel& R, std::int64_t width
 void token_row_grad_dense(const KernelCtx& ctx, const std::int32_t* row_of, std::int64_t T,
                           const float* dX, std::int64_t width, std::int64_t ld, std::int64_t row_lo,
                           std::int64_t rows, float* out) {
-  const std::int64_t B = ctx.reduce_block;
-  const std::int64_t nblocks = (T + B - 1) / B;
+  const LeafTable leaves(AxisLeaves(ctx.rule(), T));
+  const std::int64_t nblocks = leaves.count();
+  const std::int64_t* bound = leaves.bounds();
+  const std::uint8_t* merges = leaves.merges();
   if (nblocks == 0) {
     std::fill(out, out + rows * width, kAdditiveIdentity);
     return;
@@ -96,27 +96,23 @@ void token_row_grad_dense(const KernelCtx& ctx, const std::int32_t* row_of, std:
       const std::int64_t c0 = c * chunk, w = std::min(chunk, width - c0), lvl = rows * chunk;
       float* leaf = buf.data();
       float* stack = leaf + lvl;
-      std::int64_t weight[64];
       int depth = 0;
       for (std::int64_t b = 0; b < nblocks; ++b) {
         std::fill(leaf, leaf + lvl, kAdditiveIdentity);
-        const std::int64_t t1 = std::min(T, (b + 1) * B);
-        for (std::int64_t t = b * B; t < t1; ++t) {
+        for (std::int64_t t = bound[b]; t < bound[b + 1]; ++t) {
           const std::int64_t r = row_of[t] - row_lo;
           if (r < 0 || r >= rows) continue;
           float* acc = leaf + r * chunk;
           const float* x = dX + t * ld + c0;
           for (std::int64_t e = 0; e < w; ++e) acc[e] = acc[e] + x[e];
         }
-        std::int64_t wt = 1;
-        while (depth > 0 && weight[depth - 1] == wt) {
+        for (int k = merges[b]; k > 0; --k) {
           const float* left = stack + (depth - 1) * lvl;
           for (std::int64_t e = 0; e < lvl; ++e) leaf[e] = left[e] + leaf[e];
           --depth;
-          wt *= 2;
         }
         std::copy(leaf, leaf + lvl, stack + depth * lvl);
-        weight[depth++] = wt;
+        ++depth;
       }
       float* acc = stack + (depth - 1) * lvl;
       for (int i = depth - 2; i >= 0; --i) {
@@ -133,15 +129,16 @@ void token_row_grad_dense(const KernelCtx& ctx, const std::int32_t* row_of, std:
 void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64_t T,
                     const float* dX, std::int64_t width, std::int64_t ld, std::int64_t row_lo,
                     std::int64_t rows, float* out) {
-  const std::int64_t B = ctx.reduce_block;
-  const std::int64_t nblocks = (T + B - 1) / B;
+  const LeafTable table(AxisLeaves(ctx.rule(), T));
+  const std::int64_t nblocks = table.count();
+  const std::int64_t* bound = table.bounds();
   if (rows * nblocks <= 4 * T)
     return token_row_grad_dense(ctx, row_of, T, dX, width, ld, row_lo, rows, out);
   // Leaves are built in parallel (each a pure function of its block), merged in order.
   std::vector<SparseLevel> leaves(static_cast<std::size_t>(nblocks));
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t b = 0; b < nblocks; ++b) {
-    const std::int64_t t0 = b * B, t1 = std::min(T, t0 + B);
+    const std::int64_t t0 = bound[b], t1 = bound[b + 1];
     std::vector<std::int64_t> ts;
     for (std::int64_t t = t0; t < t1; ++t) {
       const std::int64_t r = row_of[t] - row_lo;
@@ -151,7 +148,6 @@ void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64
     std::stable_sort(ts.begin(), ts.end(),
                      [&](std::int64_t x, std::int64_t y) { return row_of[x] < row_of[y]; });
     SparseLevel& lv = leaves[b];
-    lv.weight = 1;
     for (std::size_t k = 0; k < ts.size();) {
       const std::int32_t row = row_of[ts[k]];
       lv.rows.push_back(row);
@@ -165,9 +161,9 @@ void token_row_grad(const KernelCtx& ctx, const std::int32_t* row_of, std::int64
     }
   }
   std::vector<SparseLevel> stack;
-  for (auto& leaf : leaves) {
-    SparseLevel cur = std::move(leaf);
-    while (!stack.empty() && stack.back().weight == cur.weight) {
+  for (std::int64_t b = 0; b < nblocks; ++b) {
+    SparseLevel cur = std::move(leaves[static_cast<std::size_t>(b)]);
+    for (int k = table.merges()[b]; k > 0; --k) {
       cur = merge(stack.back(), cur, width);
       stack.pop_back();
     }
@@ -187,7 +183,6 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
                                float* scratch, float* loss_tok) {
   const std::int64_t vl = vocab / tp.size(), lo = vl * tp.rank();
   const KernelCtx& ctx = tp.kernel();
-  const int B = ctx.reduce_block;
   for (std::int64_t t = 0; t < T; ++t)
     check(labels[t] >= 0 && labels[t] < vocab,
           "cross-entropy: label " + std::to_string(labels[t]) + " at position " +
@@ -202,7 +197,7 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
   }
   tp.allreduce_max(std::span<float>(max, static_cast<std::size_t>(T)));
   float* part = scratch;  // [2, T]: sumexp partials, target logits
-  const KernelCtx ctx1{ctx.isa, 1, B};
+  const KernelCtx ctx1 = tp.kernel1();
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t t = 0; t < T; ++t) {
     float* l = logits_l + t * vl;
@@ -211,7 +206,7 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
     const float m = max[t];
     for (std::int64_t v = 0; v < vl; ++v) l[v] = l[v] - m;
     math::exp(ctx1, l, l, vl);
-    part[t] = csum(l, vl, B);
+    part[t] = csum(l, vl, ctx1.rule());
   }
   tp.allreduce_sum(std::span<float>(part, static_cast<std::size_t>(2 * T)));
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)

@@ -9,17 +9,18 @@
 // lookup bit for bit in every mode.
 //
 // Lookup backward (token_row_grad): the gradient of row r is the canonical sum over the
-// microbatch's TOKEN axis of (row_of[t] == r ? dX[t] : -0.0). Computed sparsely with the same
-// bits: per block of B = reduce_block tokens, each touched row is a left-to-right chain from
-// -0.0 over that block's tokens touching it (untouched rows are exactly -0.0); blocks merge by
-// the binary counter of docs/design.md section 2, where a row present on one side only is copied
-// (x + -0.0 == x) and a row present on both sides is added left + right. Untouched rows end as
-// -0.0. The result is the microbatch's subtree of the global token-axis csum.
+// microbatch's TOKEN axis (ctx.rule(): pass the token context, KernelCtx::over_sequences) of
+// (row_of[t] == r ? dX[t] : -0.0). Computed sparsely with the same bits: per token leaf, each
+// touched row is a left-to-right chain from -0.0 over that leaf's tokens touching it (untouched
+// rows are exactly -0.0); leaves merge by the tree's post-order schedule (docs/design.md
+// section 2), where a row present on one side only is copied (x + -0.0 == x) and a row present
+// on both sides is added left + right. Untouched rows end as -0.0. The result is the
+// microbatch's subtree of the global token-axis csum.
 //
 // Cross-entropy forward never gathers logits: per token, M = max over the vocab (local max,
 // then exact MPI_MAX over TP; zeros canonicalized to +0.0), S = csum over the vocab of
-// exp(l - M) (local csum over the shard, a subtree when V/tp is a power-of-two number of whole
-// blocks, then tree allreduce), the target logit l_y from its owner (-0.0 elsewhere, allreduce;
+// exp(l - M) (local csum over the shard, a subtree when V/tp is a node of the vocab row's tree,
+// then tree allreduce), the target logit l_y from its owner (-0.0 elsewhere, allreduce;
 // exact). loss_t = (log(S) + M) - l_y. Backward: dlogits = (exp(l - M) / S - onehot) * scale,
 // the per-token loss_scale applied before any reduction. exp and log are lockstep::math.
 #pragma once

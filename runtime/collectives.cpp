@@ -204,7 +204,10 @@ void gather_fold_segment(const Communicator& comm, const float* send,
   watchdog::watched_wait(&req, 1, comm, "MPI_Alltoallv");
   std::vector<const float*> ptrs(static_cast<std::size_t>(P));
   for (int j = 0; j < P; ++j) ptrs[j] = parts.data() + mine * static_cast<std::size_t>(j);
-  tree_sum(ptrs, static_cast<std::int64_t>(mine), out);
+  // The pow2 tree over ranks under either contract: for P = 2^k both shapes are this tree, and
+  // a non-power-of-two P is deterministic only (its shards are not nodes), so keeping pow2
+  // here keeps the bits of runs made before the halving contract.
+  tree_sum(TreeShape::pow2, ptrs, static_cast<std::int64_t>(mine), out);
 }
 
 void check_same_length_hint(bool ok, const std::string& what) {

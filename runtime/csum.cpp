@@ -7,92 +7,79 @@
 #include <cmath>
 #include <string>
 
+#include "runtime/enum_names.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep {
-namespace {
 
-bool is_pow2(std::int64_t w) {
-  return w > 0 && (w & (w - 1)) == 0;
-}
-
-// The hot entry points build their error messages only when a check fails.
-void check_block(int block) {
-  if (block < 1)
-    fail("reduce_block " + std::to_string(block) + " must be >= 1",
-         "set numerics.reduce_block to a positive number (default 64)");
-}
-
-}  // namespace
-
-void BinaryCounter::push(const float* leaf) {
-  push_subtree(leaf, 1);
-}
-
-void BinaryCounter::clear() {
-  for (auto& lv : stack_) spare_.push_back(std::move(lv.values));
+void TreeCombiner::clear() {
+  for (auto& lv : stack_) spare_.push_back(std::move(lv));
   stack_.clear();
   count_ = 0;
 }
 
-void BinaryCounter::push_subtree(const float* subtree, std::int64_t weight) {
-  if (!is_pow2(weight))
-    fail("BinaryCounter: subtree weight " + std::to_string(weight) + " is not a power of two");
-  if (count_ % weight != 0)
-    fail("BinaryCounter: subtree of weight " + std::to_string(weight) + " pushed after " +
-             std::to_string(count_) + " leaves is not aligned",
-         "merge equal power-of-two pieces in order (e.g. equal microbatches)");
+void TreeCombiner::push_node(const float* node, std::int64_t width) {
+  const int merges = merges_after_node(shape_, total_, count_, count_ + width);
+  if (merges < 0)
+    fail("TreeCombiner: leaves [" + std::to_string(count_) + ", " + std::to_string(count_ + width) +
+             ") are not a node of the " + std::string(enum_name(shape_)) + " tree over " +
+             std::to_string(total_) + " leaves",
+         "push the nodes of the tree in order (launch/train splits microbatches at its nodes)");
   // Level buffers are recycled (spare_), so a training step allocates nothing here.
-  Level lv{weight, {}};
+  std::vector<float> v;
   if (!spare_.empty()) {
-    lv.values = std::move(spare_.back());
+    v = std::move(spare_.back());
     spare_.pop_back();
   }
-  lv.values.assign(subtree, subtree + len_);
-  while (!stack_.empty() && stack_.back().weight == lv.weight) {
-    Level& left = stack_.back();
-    for (std::int64_t e = 0; e < len_; ++e) lv.values[e] = left.values[e] + lv.values[e];
-    lv.weight *= 2;
-    spare_.push_back(std::move(left.values));
+  v.assign(node, node + len_);
+  for (int k = 0; k < merges; ++k) {
+    const std::vector<float>& left = stack_.back();
+    for (std::int64_t e = 0; e < len_; ++e) v[e] = left[e] + v[e];
+    spare_.push_back(std::move(stack_.back()));
     stack_.pop_back();
   }
-  stack_.push_back(std::move(lv));
-  count_ += weight;
+  stack_.push_back(std::move(v));
+  count_ += width;
 }
 
-void BinaryCounter::result(float* out) const {
+void TreeCombiner::result(float* out) const {
   if (stack_.empty()) {
     std::fill(out, out + len_, kAdditiveIdentity);
     return;
   }
-  std::copy(stack_.back().values.begin(), stack_.back().values.end(), out);
-  for (int i = static_cast<int>(stack_.size()) - 2; i >= 0; --i)
-    for (std::int64_t e = 0; e < len_; ++e) out[e] = stack_[i].values[e] + out[e];
+  if (count_ != total_ || stack_.size() != 1)
+    fail("TreeCombiner: result after " + std::to_string(count_) + " of " +
+         std::to_string(total_) + " leaves");
+  std::copy(stack_.back().begin(), stack_.back().end(), out);
 }
 
-float csum(const float* x, std::int64_t n, int block, std::int64_t stride) {
-  check_block(block);
+namespace {
+// One leaf chain per leaf of the axis, merged in post order: the literal csum / cdot.
+template <class Leaf>
+float counted_sum(std::int64_t n, const SumRule& rule, Leaf leaf) {
+  const AxisLeaves axis(rule, n);
   csum_detail::RowCounters<1> counter;
-  for (std::int64_t lo = 0; lo < n; lo += block) {
-    const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
+  for (std::int64_t i = 0; i < axis.count(); ++i)
+    counter.push(0, leaf(axis.start(i), axis.start(i) + axis.len(i)), axis.merges_after(i));
+  return counter.result(0);
+}
+}  // namespace
+
+float csum(const float* x, std::int64_t n, const SumRule& rule, std::int64_t stride) {
+  return counted_sum(n, rule, [&](std::int64_t lo, std::int64_t hi) {
     float acc = kAdditiveIdentity;
     for (std::int64_t k = lo; k < hi; ++k) acc += x[k * stride];
-    counter.push(0, acc);
-  }
-  return counter.result(0);
+    return acc;
+  });
 }
 
-float cdot(const float* a, const float* b, std::int64_t n, int block, std::int64_t stride_a,
-           std::int64_t stride_b) {
-  check_block(block);
-  csum_detail::RowCounters<1> counter;
-  for (std::int64_t lo = 0; lo < n; lo += block) {
-    const std::int64_t hi = std::min<std::int64_t>(n, lo + block);
+float cdot(const float* a, const float* b, std::int64_t n, const SumRule& rule,
+           std::int64_t stride_a, std::int64_t stride_b) {
+  return counted_sum(n, rule, [&](std::int64_t lo, std::int64_t hi) {
     float acc = kAdditiveIdentity;
     for (std::int64_t k = lo; k < hi; ++k) acc = std::fma(a[k * stride_a], b[k * stride_b], acc);
-    counter.push(0, acc);
-  }
-  return counter.result(0);
+    return acc;
+  });
 }
 
 void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
@@ -104,64 +91,58 @@ void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int
   // exactly as written (no reassociation: -ffp-contract=off and no -ffast-math).
   constexpr std::int64_t kChunk = 256;
   const std::int64_t chunks = (cols + kChunk - 1) / kChunk;
-  const int block = ctx.reduce_block;
+  const LeafTable leaves(AxisLeaves(ctx.rule(), rows));
+  const std::int64_t* bound = leaves.bounds();
+  const std::uint8_t* merges = leaves.merges();
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t c = 0; c < chunks; ++c) {
     const std::int64_t j0 = c * kChunk;
     const std::int64_t w = std::min(kChunk, cols - j0);
-    // Binary-counter stack of partial column sums: levels[l] holds a subtree of weight[l].
+    // Post-order stack of partial column sums.
     float levels[64][kChunk];
-    std::int64_t weight[64];
     float leaf[kChunk];
     int depth = 0;
-    for (std::int64_t lo = 0; lo < rows; lo += block) {
-      const std::int64_t hi = std::min<std::int64_t>(rows, lo + block);
+    for (std::int64_t l = 0; l < leaves.count(); ++l) {
+      const std::int64_t lo = bound[l], hi = bound[l + 1];
       for (std::int64_t j = 0; j < w; ++j) leaf[j] = kAdditiveIdentity;
       for (std::int64_t i = lo; i < hi; ++i) {
         const float* row = X + i * ld + j0;
         for (std::int64_t j = 0; j < w; ++j) leaf[j] += row[j];
       }
-      std::int64_t wt = 1;
-      while (depth > 0 && weight[depth - 1] == wt) {
+      for (int k = merges[l]; k > 0; --k) {
         const float* left = levels[--depth];
         for (std::int64_t j = 0; j < w; ++j) leaf[j] = left[j] + leaf[j];
-        wt *= 2;
       }
-      std::copy(leaf, leaf + w, levels[depth]);
-      weight[depth++] = wt;
+      std::copy(leaf, leaf + w, levels[depth++]);
     }
     float* dst = out + j0;
-    if (depth == 0) {
+    if (depth == 0)
       std::fill(dst, dst + w, kAdditiveIdentity);
-      continue;
-    }
-    std::copy(levels[depth - 1], levels[depth - 1] + w, dst);
-    for (int l = depth - 2; l >= 0; --l)
-      for (std::int64_t j = 0; j < w; ++j) dst[j] = levels[l][j] + dst[j];
+    else
+      std::copy(levels[0], levels[0] + w, dst);
   }
 }
 
 namespace {
-void tree_sum_rec(std::span<const float* const> parts, std::int64_t n, float* out) {
+void tree_sum_rec(TreeShape shape, std::span<const float* const> parts, std::int64_t n, float* out) {
   if (parts.size() == 1) {
     std::copy(parts[0], parts[0] + n, out);
     return;
   }
-  std::size_t p = 1;
-  while (p * 2 < parts.size()) p *= 2;
+  const auto h = static_cast<std::size_t>(tree_split(shape, static_cast<std::int64_t>(parts.size())));
   std::vector<float> right(static_cast<std::size_t>(n));
-  tree_sum_rec(parts.first(p), n, out);
-  tree_sum_rec(parts.subspan(p), n, right.data());
+  tree_sum_rec(shape, parts.first(h), n, out);
+  tree_sum_rec(shape, parts.subspan(h), n, right.data());
   for (std::int64_t e = 0; e < n; ++e) out[e] = out[e] + right[e];
 }
 }  // namespace
 
-void tree_sum(std::span<const float* const> parts, std::int64_t n, float* out) {
+void tree_sum(TreeShape shape, std::span<const float* const> parts, std::int64_t n, float* out) {
   if (parts.empty()) {
     std::fill(out, out + n, kAdditiveIdentity);
     return;
   }
-  tree_sum_rec(parts, n, out);
+  tree_sum_rec(shape, parts, n, out);
 }
 
 }  // namespace lockstep

@@ -1,9 +1,9 @@
-// The scalar binary counter of the canonical sum (docs/design.md section 2) for R independent
-// rows: push block results left to right; equal-weight neighbours merge as soon as both
-// exist (older + newer), and result() folds what is left from the right, which equals the
-// pairwise tree T over the pushed leaves. Used by csum, the LayerNorm/softmax row sums and
-// the attention rows.
-// Determinism contract: the association is fixed by the leaf count alone.
+// The scalar post-order counter of the canonical sum (docs/design.md section 2) for R
+// independent rows: push leaf results left to right, each followed by the merges the tree's
+// schedule gives (runtime/reduce_tree.hpp: merges_after_leaf, LeafTable, MergeTable; older + newer);
+// after a row's last leaf one value is left, T over its leaves. Used by csum, the softmax row
+// sums and the attention rows.
+// Determinism contract: the association is fixed by the tree shape and the leaf count alone.
 // It lives in an anonymous namespace on purpose: ISA-specific translation units
 // (*_avx512.cpp) include it too, and a shared inline definition compiled with AVX-512 flags
 // could be picked by the linker for the scalar path.
@@ -19,17 +19,12 @@ namespace {
 template <int R>
 struct RowCounters {
   float value[R][64];
-  std::int64_t weight[R][64];
   int n[R] = {};
-  void push(int r, float v) {
-    std::int64_t w = 1;
-    while (n[r] > 0 && weight[r][n[r] - 1] == w) {
-      v = value[r][--n[r]] + v;
-      w *= 2;
-    }
-    value[r][n[r]] = v;
-    weight[r][n[r]++] = w;
+  void push(int r, float v, int merges) {
+    for (int k = 0; k < merges; ++k) v = value[r][--n[r]] + v;
+    value[r][n[r]++] = v;
   }
+  // The root after a complete schedule (the rest folded from the right otherwise).
   float result(int r) const {
     if (n[r] == 0) return kAdditiveIdentity;
     float acc = value[r][n[r] - 1];

@@ -28,23 +28,83 @@ inline float b_at(const GemmArgs& g, std::int64_t k, std::int64_t j) {
   return g.tb == Trans::N ? g.B[k * g.ldb + j] : g.B[j * g.ldb + k];
 }
 
-// The contract, literally: per C element, one FMA chain from -0.0 per block of B k's, the
-// block results combined by T (lockstep::tree_fold).
+// The contract, literally: per C element, one FMA chain from -0.0 per leaf of K's axis, the
+// leaf results combined by T (runtime/reduce_tree.hpp, fold_leaves).
 void gemm_reference(const GemmArgs& g) {
+  const AxisLeaves axis(SumRule{static_cast<int>(g.block), g.tree, g.segment}, g.K);
   std::vector<float> leaves;
   for (std::int64_t i = 0; i < g.M; ++i) {
     for (std::int64_t j = 0; j < g.N; ++j) {
       leaves.clear();
-      for (std::int64_t k0 = 0; k0 < g.K; k0 += g.block) {
+      for (std::int64_t l = 0; l < axis.count(); ++l) {
         float acc = -0.0f;
-        for (std::int64_t k = k0; k < std::min(g.K, k0 + g.block); ++k)
+        for (std::int64_t k = axis.start(l); k < axis.start(l) + axis.len(l); ++k)
           acc = std::fma(a_at(g, i, k), b_at(g, k, j), acc);
         leaves.push_back(acc);
       }
-      g.C[i * g.ldc + j] =
-          tree_fold<float>(std::span<const float>(leaves), [](float x, float y) { return x + y; });
+      g.C[i * g.ldc + j] = fold_leaves(axis, leaves);
     }
   }
+}
+
+// The canonical panels: the largest nodes of K's tree with at most kc_target / B leaves (at
+// least one), left to right, with each leaf's length and in-panel merges and each panel's
+// panel-level merges (the post order of the tree above the panels).
+KPlan plan_canonical(const GemmArgs& g, const GemmTuning& t) {
+  KPlan kp;
+  const AxisLeaves axis(SumRule{static_cast<int>(g.block), g.tree, g.segment}, g.K);
+  const std::int64_t cap = std::max<std::int64_t>(1, t.kc_target / g.block);
+  const std::int64_t n = axis.count();
+  int depth = 0;
+  for (std::int64_t lo = 0; lo < n;) {
+    const std::int64_t hi = axis.node_end(lo, cap);
+    KPanel pan{axis.start(lo), 0, static_cast<int>(kp.leaf_len.size()),
+               static_cast<int>(hi - lo), axis.merges_after_node(lo, hi), depth};
+    int top = 0;
+    for (std::int64_t l = lo; l < hi; ++l) {
+      kp.leaf_len.push_back(static_cast<std::int32_t>(axis.len(l)));
+      pan.kl += axis.len(l);
+      const int m = l + 1 < hi ? axis.merges_after(l) : 0;
+      kp.leaf_merges.push_back(static_cast<std::uint8_t>(m));
+      top = top - m + 1;
+      kp.stack = std::max(kp.stack, top);
+    }
+    depth = depth - pan.adds + 1;
+    if (hi < n) kp.levels = std::max(kp.levels, depth);
+    kp.kmax = std::max(kp.kmax, pan.kl);
+    kp.panels.push_back(pan);
+    lo = hi;
+  }
+  return kp;
+}
+
+KPlan plan_chain(const GemmArgs& g, const GemmTuning& t) {
+  KPlan kp;
+  const std::int64_t kc = std::max<std::int64_t>(1, t.kc_target);
+  for (std::int64_t pc = 0; pc < g.K; pc += kc)
+    kp.panels.push_back({pc, std::min(kc, g.K - pc), 0, 0, 0, 0});
+  kp.kmax = std::min(kc, g.K);
+  return kp;
+}
+
+// The K plan of a call, from a small per-thread cache (a training step calls the same few
+// shapes over and over); the plan depends on K, the rule and the tuning only.
+const KPlan& cached_plan(const GemmArgs& g, const GemmTuning& t, bool canonical) {
+  struct Entry {
+    std::int64_t K, block, segment, kc_target;
+    TreeShape tree;
+    bool canonical;
+    KPlan plan;
+  };
+  static thread_local std::vector<Entry> cache;
+  for (const Entry& e : cache)
+    if (e.K == g.K && e.block == g.block && e.segment == g.segment &&
+        e.kc_target == t.kc_target && e.tree == g.tree && e.canonical == canonical)
+      return e.plan;
+  if (cache.size() >= 32) cache.erase(cache.begin());
+  cache.push_back({g.K, g.block, g.segment, t.kc_target, g.tree, canonical,
+                   canonical ? plan_canonical(g, t) : plan_chain(g, t)});
+  return cache.back().plan;
 }
 
 void gemm_openblas(const GemmArgs& g) {
@@ -150,10 +210,13 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
   }
   if (empty) return;
 
-  const gemm_detail::GemmArgs g{
-      ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ctx.threads, ctx.reduce_block};
+  gemm_detail::GemmArgs g{ta,         tb,          M,  N,   K,   A,          lda,         B,
+                          ldb,        C,           ldc, ctx.threads, ctx.reduce_block, ctx.tree,
+                          ctx.sequence, nullptr};
   const GemmTuning& t = gemm_detail::g_tuning;
   using namespace gemm_detail;
+  if (impl == GemmImpl::canonical || impl == GemmImpl::chain)
+    g.kplan = &cached_plan(g, t, impl == GemmImpl::canonical);
   switch (impl) {
     case GemmImpl::reference:
       return gemm_reference(g);

@@ -7,11 +7,12 @@
 // docs/design.md section 2 (or, for `chain`, one FMA chain over all of K):
 //  * a leaf is an FMA chain over one block of B k's, in increasing k, from -0.0, held in a
 //    register lane (vectors span M/N, never K);
-//  * leaves of a K panel (kc = B * 2^m, panel starts aligned to kc) merge by a binary counter
-//    (pop-and-add while the count carries, then push; at the end fold from the right), so a
-//    full panel yields the complete subtree over its 2^m blocks;
-//  * panel results merge by a second binary counter in memory (one slot array per level),
-//    whose final right fold equals T over all blocks;
+//  * K panels are nodes of the tree of K (runtime/reduce_tree.hpp: the largest nodes of at most
+//    kc_target / B leaves); a panel's leaves merge on a register-tile stack in L1 scratch as the
+//    tree's post-order schedule says (for pow2 the binary counter), so a panel yields the
+//    complete subtree over its leaves;
+//  * panel results merge on a second stack in memory (one slot array per depth), by the same
+//    schedule one level up, whose last merge is T over all leaves;
 //  * every merge is `older + newer` (left + right subtree).
 // Nothing here depends on the thread count, the tile position, M, N or the ISA: threads only
 // pick which C tiles they compute, and each C element's arithmetic is fixed by k alone.
@@ -31,11 +32,29 @@
 #include <new>
 #include <numeric>
 #include <string>
+#include <vector>
 
 #include "runtime/gemm.hpp"
+#include "runtime/reduce_tree.hpp"
 #include "runtime/simd.hpp"
 
 namespace lockstep::gemm_detail {
+
+// One K panel: k range [pc, pc + kl); canonical: its leaves [leaf0, leaf0 + nleaves) in the
+// plan's tables, the panel-level slots it folds in (adds: depth - 1 down to depth - adds)
+// and the slot depth it finds occupied.
+struct KPanel {
+  std::int64_t pc, kl;
+  int leaf0, nleaves, adds, depth;
+};
+// How K is cut into panels, made once per call by gemm.cpp (plan_k; no ISA-specific code).
+struct KPlan {
+  std::vector<KPanel> panels;
+  std::vector<std::int32_t> leaf_len;     // canonical: every leaf's length, panel by panel
+  std::vector<std::uint8_t> leaf_merges;  // and the merges that follow it inside its panel
+  std::int64_t kmax = 0;                  // longest panel
+  int stack = 0, levels = 0;              // intra-panel stack depth, panel-level slot count
+};
 
 struct GemmArgs {
   Trans ta, tb;
@@ -47,8 +66,14 @@ struct GemmArgs {
   float* C;
   std::int64_t ldc;
   int threads;
-  std::int64_t block;  // reduce_block
+  std::int64_t block;   // reduce_block
+  TreeShape tree;       // the canonical tree of K
+  std::int64_t segment; // > 0: K is tokens, sequences of this many (KernelCtx::sequence)
+  const KPlan* kplan;   // canonical / chain: the panels of K (set by gemm())
 };
+
+// The panels of K for the canonical kernel (nodes of K's tree) or the chain (kc_target each).
+KPlan plan_k(const GemmArgs& g, const GemmTuning& t, bool canonical);
 
 // Per ISA entry points (LOCKSTEP_GEMM_DEFINE in gemm.cpp and the *_avx2.cpp / *_avx512.cpp
 // files).
@@ -215,25 +240,26 @@ struct Kernel {
     fma_steps(t, ap, bp + NR, n - 1);
   }
 
-  // One K panel of the canonical sum for one C tile. kl: panel length; B: block size; the
-  // panel starts at a multiple of B * 2^m. stk: L1 scratch for the intra-panel counter (depth
-  // <= m + 1 tiles). adds: panel-level slots to fold in, ascending level (older subtrees).
-  // The result goes to `slot` (a full tile) or, if slot == nullptr, to C (rows x cols).
+  // One K panel of the canonical sum for one C tile: nleaves leaves of lengths len[] (a node of
+  // the tree), each but the last followed by merges[] merges on the L1 scratch stack stk; the
+  // last folds the panel's whole stack. adds: panel-level slots to fold in, newest first
+  // (older subtrees). The result goes to `slot` (a full tile) or, if slot == nullptr, to C.
   template <class A>
-  [[gnu::noinline]] static void canon_panel(std::int64_t kl, std::int64_t B, int m, const float* a,
+  [[gnu::noinline]] static void canon_panel(int nleaves, const std::int32_t* len,
+                                            const std::uint8_t* merges, const float* a,
                                             std::int64_t lda, const float* bp, float* stk,
                                             const float* const* adds, int nadds, float* slot,
                                             float* C, std::int64_t ldc, int rows, int cols) {
     Tile t;
     A ap(a, lda);
-    (void)m;
-    {  // binary counter over the leaves of this panel
+    {  // the post-order stack over the leaves of this panel
       int top = 0;
-      std::int64_t leafno = 0;
-      for (std::int64_t k0 = 0; k0 < kl; k0 += B, ++leafno) {
-        leaf(t, ap, bp + k0 * NR, std::min(B, kl - k0));
-        for (std::int64_t c = leafno; c & 1; c >>= 1) add_left(t, stk + (--top) * TILE);
-        if (k0 + B < kl) store_full(t, stk + (top++) * TILE);
+      std::int64_t k0 = 0;
+      for (int l = 0; l < nleaves; k0 += len[l], ++l) {
+        leaf(t, ap, bp + k0 * NR, len[l]);
+        if (l + 1 == nleaves) break;
+        for (int c = merges[l]; c > 0; --c) add_left(t, stk + (--top) * TILE);
+        store_full(t, stk + (top++) * TILE);
       }
       while (top > 0) add_left(t, stk + (--top) * TILE);
     }
@@ -490,10 +516,15 @@ struct Driver {
 
   struct Plan {
     bool canonical;
-    std::int64_t B, kc, npanels, nc, mc, bfull;
-    int m, levels;
+    std::int64_t kmax, npanels, nc, mc, bfull;
+    int stack, levels;  // intra-panel stack depth, panel-level slot count
     bool rk;
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
+    const KPanel* panels;
+    const std::int32_t* leaf_len;
+    const std::uint8_t* leaf_merges;
+    std::int64_t pc(std::int64_t p) const { return panels[p].pc; }
+    std::int64_t kl(std::int64_t p) const { return panels[p].kl; }
   };
 
   // Whether MR rows of op(A) = A (ta == N), kl floats each, are read in place instead of
@@ -519,19 +550,13 @@ struct Driver {
                         float* ablock, std::int64_t astride, float* stk, float* slots,
                         std::size_t slot_level, std::int64_t ntiles_nc, const NextA& na,
                         const NextB& nb) {
-    const std::int64_t pc = p * pl.kc;
-    const std::int64_t kl = std::min(pl.kc, g.K - pc);
+    const KPanel& pan = pl.panels[p];
+    const std::int64_t pc = pan.pc, kl = pan.kl;
     const bool last = p == pl.npanels - 1;
-    int add_levels[64];
-    int nadds = 0;
-    int dst_level = 0;
-    if (pl.canonical) {
-      // Slots to fold in, ascending level: the carries of pushing panel p (its trailing
-      // ones), or, for the last panel, every occupied level (push, then right fold).
-      dst_level = std::countr_one(static_cast<std::uint64_t>(p));
-      for (int l = 0; l < pl.levels; ++l)
-        if (((p >> l) & 1) && (last || l < dst_level)) add_levels[nadds++] = l;
-    }
+    // Slots to fold in, newest first (the panel-level merges that follow this panel), and the
+    // slot its result goes to.
+    const int nadds = pl.canonical ? pan.adds : 0;
+    const int dst_level = pan.depth - nadds;
     pack_a_block(g, pl.rk, pl.inplace, ic, ic1, pc, kl, ablock, astride);
     const std::int64_t btiles = ceil_div(ic1 - ic, MR);
     const std::int64_t calls = btiles * ntl;
@@ -554,10 +579,11 @@ struct Driver {
             const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
             const float* tadds[64];
             for (int i = 0; i < nadds; ++i)
-              tadds[i] = slots + add_levels[i] * slot_level + tile_off;
+              tadds[i] = slots + (pan.depth - 1 - i) * slot_level + tile_off;
             float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
-            Kern::template canon_panel<A>(kl, pl.B, pl.m, a, lda, bp, stk, tadds, nadds, slot, cdst,
-                                          g.ldc, rows, cols);
+            Kern::template canon_panel<A>(pan.nleaves, pl.leaf_len + pan.leaf0,
+                                          pl.leaf_merges + pan.leaf0, a, lda, bp, stk,
+                                          tadds, nadds, slot, cdst, g.ldc, rows, cols);
           } else {
             Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols);
           }
@@ -615,7 +641,7 @@ struct Driver {
   }
   static std::size_t bpack_floats(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
     const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
-    return static_cast<std::size_t>((resident ? g.K : std::min(pl.kc, g.K)) * nc);
+    return static_cast<std::size_t>((resident ? g.K : pl.kmax) * nc);
   }
   static std::int64_t nc_for(const Plan& pl, std::int64_t j0, std::int64_t j1) {
     return std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
@@ -634,7 +660,7 @@ struct Driver {
   static void run_rect(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
                        std::int64_t j0, std::int64_t j1, const Team& team = Team{}) {
     if (i1 <= i0 || j1 <= j0) return;
-    const std::int64_t kmax = std::min(pl.kc, g.K);
+    const std::int64_t kmax = pl.kmax;
     const std::int64_t mtiles = ceil_div(i1 - i0, MR);
     const std::int64_t nc = nc_for(pl, j0, j1);
     const std::int64_t mc = std::min(pl.mc, mtiles * MR);
@@ -649,7 +675,7 @@ struct Driver {
     // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
     // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
     // first B loads would stall them (4K aliasing).
-    float* stk = kbuf.get(static_cast<std::size_t>((pl.m + 2) * TILE + 2048));
+    float* stk = kbuf.get(static_cast<std::size_t>((pl.stack + 2) * TILE + 2048));
     stk += ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) / sizeof(float);
     const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * ntiles_nc;
     const std::size_t slot_level = static_cast<std::size_t>(slot_tiles * TILE);
@@ -662,8 +688,7 @@ struct Driver {
         // B micro-panel jt of panel p lives at bpack + (jt * K + pc) * NR.
         if (jc != j0) team.barrier();  // everyone is done reading the previous block
         for (std::int64_t p = 0; p < pl.npanels; ++p) {
-          const std::int64_t pc = p * pl.kc;
-          const std::int64_t kl = std::min(pl.kc, g.K - pc);
+          const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
           // pack_b_panel writes micro-panels kl * NR apart; pack each panel's micro-panels
           // into a K-long column stripe instead.
           for (std::int64_t jt = 0; jt < ntl; ++jt)
@@ -676,19 +701,18 @@ struct Driver {
           for (std::int64_t p = 0; p < pl.npanels; ++p) {
             NextA na;
             if (p + 1 < pl.npanels)
-              na = {ic, ic1, (p + 1) * pl.kc, std::min(pl.kc, g.K - (p + 1) * pl.kc)};
+              na = {ic, ic1, pl.pc(p + 1), pl.kl(p + 1)};
             else if (ic1 < i1)
-              na = {ic1, std::min(ic1 + mc, i1), 0, std::min(pl.kc, g.K)};
+              na = {ic1, std::min(ic1 + mc, i1), 0, pl.kl(0)};
             // Slots are per block here: tile index relative to this block.
-            run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, bpack + p * pl.kc * NR, g.K * NR,
+            run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, bpack + pl.pc(p) * NR, g.K * NR,
                       ablock, astride, stk, slots, slot_level, ntiles_nc, na, NextB{});
           }
         });
         continue;
       }
       for (std::int64_t p = 0; p < pl.npanels; ++p) {
-        const std::int64_t pc = p * pl.kc;
-        const std::int64_t kl = std::min(pl.kc, g.K - pc);
+        const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
         const bool last = p == pl.npanels - 1;
         if (team.nth == 1) {
           pack_b_panel(g, jc, ncur, pc, kl, bpack);
@@ -704,19 +728,19 @@ struct Driver {
         NextB nb;
         nb.parts = ceil_div(i1 - i0, mc);
         if (!last)
-          nb.pc = pc + pl.kc, nb.kl = std::min(pl.kc, g.K - nb.pc), nb.j0 = jc,
+          nb.pc = pl.pc(p + 1), nb.kl = pl.kl(p + 1), nb.j0 = jc,
           nb.j1 = j1 < jc + nc ? j1 : jc + nc;
         else if (jc + nc < j1)
-          nb.pc = 0, nb.kl = std::min(pl.kc, g.K), nb.j0 = jc + nc,
+          nb.pc = 0, nb.kl = pl.kl(0), nb.j0 = jc + nc,
           nb.j1 = std::min(jc + 2 * nc, j1);
         team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
           NextA na;
           if (ic1 < i1)
             na = {ic1, std::min(ic1 + mc, i1), pc, kl};
           else if (!last)
-            na = {i0, std::min(i0 + mc, i1), pc + pl.kc, std::min(pl.kc, g.K - pc - pl.kc)};
+            na = {i0, std::min(i0 + mc, i1), pl.pc(p + 1), pl.kl(p + 1)};
           else if (jc + nc < j1)
-            na = {i0, std::min(i0 + mc, i1), 0, std::min(pl.kc, g.K)};
+            na = {i0, std::min(i0 + mc, i1), 0, pl.kl(0)};
           nb.part = (ic - i0) / mc;
           run_block(g, pl, i0, i1, ic, ic1, jc, j1, ntl, p, bpack, kl * NR, ablock, astride, stk,
                     slots, slot_level, ntiles_nc, na, nb);
@@ -734,20 +758,19 @@ struct Driver {
     if (g.K == 0) return fill_neg_zero(g);
     Plan pl{};
     pl.canonical = canonical;
-    pl.B = g.block;
-    if (canonical) {
-      pl.kc = pl.B;
-      while (pl.kc * 2 <= tun.kc_target) pl.kc *= 2, ++pl.m;
-    } else {
-      pl.kc = std::max<std::int64_t>(1, tun.kc_target);
-    }
-    pl.npanels = ceil_div(g.K, pl.kc);
-    pl.levels = canonical ? std::bit_width(static_cast<std::uint64_t>(pl.npanels - 1)) : 0;
+    const KPlan& kp = *g.kplan;
+    pl.panels = kp.panels.data();
+    pl.leaf_len = kp.leaf_len.data();
+    pl.leaf_merges = kp.leaf_merges.data();
+    pl.npanels = static_cast<std::int64_t>(kp.panels.size());
+    pl.kmax = kp.kmax;
+    pl.stack = kp.stack;
+    pl.levels = kp.levels;
     pl.nc = std::max<std::int64_t>(NR, tun.nc / NR * NR);
     pl.mc = std::max<std::int64_t>(MR, tun.mc / MR * MR);
     pl.bfull = tun.b_resident_floats;
-    pl.rk = g.ta == Trans::N && std::min(pl.kc, g.K) <= KCMAX_RK;
-    pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, std::min(pl.kc, g.K));
+    pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
+    pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
 
     const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
     const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;

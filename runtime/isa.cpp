@@ -57,6 +57,22 @@ std::vector<Isa> supported_isas() {
 
 // Called by every kernel entry point (thousands of times a step): the messages are built
 // only when a check fails.
+SumRule KernelCtx::rule() const {
+  return SumRule{reduce_block, tree, sequence};
+}
+
+KernelCtx KernelCtx::over_sequences(std::int64_t len) const {
+  KernelCtx k = *this;
+  k.sequence = rule().over_sequences(len).segment;
+  return k;
+}
+
+KernelCtx KernelCtx::flat() const {
+  KernelCtx k = *this;
+  k.sequence = 0;
+  return k;
+}
+
 void validate(const KernelCtx& ctx) {
   if (!isa_supported(ctx.isa))
     fail(std::string("ISA path ") + isa_name(ctx.isa) + " is not supported by this CPU",
@@ -67,6 +83,10 @@ void validate(const KernelCtx& ctx) {
   if (ctx.reduce_block < 1)
     fail("reduce_block " + std::to_string(ctx.reduce_block) + " must be >= 1",
          "set numerics.reduce_block to a positive number (default 64)");
+  if (ctx.sequence < 0 || (ctx.sequence > 0 && ctx.tree != TreeShape::halving))
+    fail("a reduction over sequences of " + std::to_string(ctx.sequence) +
+             " tokens needs the halving tree",
+         "build token contexts with KernelCtx::over_sequences");
 }
 
 }  // namespace lockstep

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/enum_names.hpp"
+#include "runtime/reduce_tree.hpp"
 
 namespace lockstep {
 
@@ -43,10 +44,20 @@ struct KernelCtx {
   int threads = 1;        // OpenMP threads for this call; never changes bits
   int reduce_block =
       64;  // B of the canonical sum (docs/design.md section 2), config numerics.reduce_block
+  TreeShape tree = kDefaultTree;  // the canonical tree (runtime/reduce_tree.hpp), numerics.tree
+  // > 0: the reduction axis of this call (GEMM's K, csum_rows' rows) is tokens, whole
+  // sequences of this many (a halving tree over sequences, each over its blocks); 0: flat.
+  std::int64_t sequence = 0;
 
   static KernelCtx best(int threads = 1, int reduce_block = 64) {
     return KernelCtx{best_isa(), threads, reduce_block};
   }
+  // The rule of this call's reduction axis.
+  SumRule rule() const;
+  // The same context for a reduction over tokens made of sequences of `len` (flat under pow2).
+  KernelCtx over_sequences(std::int64_t len) const;
+  // The same context for a reduction over a flat (feature) axis.
+  KernelCtx flat() const;
 };
 
 // Throws a lockstep::Error if ctx is unusable (unsupported ISA, threads < 1, block < 1).

@@ -339,6 +339,9 @@ std::string CompareReport::to_text() const {
   std::ostringstream o;
   o << "verify compare\n  A: " << run_a << " (" << steps_a << " steps)\n  B: " << run_b << " ("
     << steps_b << " steps)\n";
+  for (const auto& d : contract_differences)
+    o << "note: the runs differ in the numerical contract: " << d
+      << " (docs/design.md section 2), so their bits are not expected to agree\n";
   if (!fingerprints_comparable())
     o << "note: A's fingerprints are " << scheme_a << ", B's " << scheme_b
       << ": not comparable, so only the exact scalars and the rng/data hashes are compared "
@@ -442,6 +445,7 @@ nlohmann::ordered_json CompareReport::to_json() const {
   j["first_tensor"] = first.items.empty() ? nlohmann::ordered_json(nullptr)
                                           : nlohmann::ordered_json(first.items[0].name);
   j["differing"] = items;
+  j["contract_differences"] = contract_differences;
   nlohmann::ordered_json o;
   o["available"] = ops.available;
   o["note"] = ops.note;

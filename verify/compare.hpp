@@ -79,6 +79,10 @@ struct CompareReport {
   // The fingerprint schemes of the two traces ("lockstep v2", "lockstep v1", "torch-xor"; ""
   // unknown). Fingerprints of different schemes are never compared (always differ).
   std::string scheme_a, scheme_b;
+  // Contract constants the two runs differ in ("numerics.tree = pow2 in A, halving in B"), read
+  // from their config.toml by the caller; runs under different contracts are not expected to
+  // share bits, and the report says so first.
+  std::vector<std::string> contract_differences;
   bool fingerprints_comparable() const {
     return scheme_a.empty() || scheme_b.empty() || scheme_a == scheme_b;
   }

@@ -72,9 +72,28 @@ std::string fingerprint_scheme(const std::string& run) {
   return "lockstep v" + std::to_string(v);
 }
 
+// The contract constants of RUN (docs/design.md section 2) from its config.toml: run.determinism,
+// numerics.reduce_block, numerics.tree ("pow2" when the file predates the key); empty when the
+// run has no config.toml.
+std::vector<std::pair<std::string, std::string>> contract_of(const std::string& run) {
+  const std::string path = run + "/config.toml";
+  if (!fs::exists(path)) return {};
+  const toml::table t = toml::parse_file(path);
+  return {{"run.determinism", t["run"]["determinism"].value_or(std::string("?"))},
+          {"numerics.reduce_block",
+           std::to_string(t["numerics"]["reduce_block"].value_or(std::int64_t{64}))},
+          {"numerics.tree", t["numerics"]["tree"].value_or(std::string("pow2"))}};
+}
+
 verify::CompareReport compare_runs(const VerifyOptions& o) {
-  return verify::compare_runs(o.run_a, o.run_b, fingerprint_scheme(o.run_a),
-                              fingerprint_scheme(o.run_b));
+  verify::CompareReport r = verify::compare_runs(o.run_a, o.run_b, fingerprint_scheme(o.run_a),
+                                                 fingerprint_scheme(o.run_b));
+  const auto a = contract_of(o.run_a), b = contract_of(o.run_b);
+  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i)
+    if (a[i].second != b[i].second)
+      r.contract_differences.push_back(a[i].first + " = " + a[i].second + " in A, " +
+                                       b[i].second + " in B");
+  return r;
 }
 
 int compare(const VerifyOptions& o) {

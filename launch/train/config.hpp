@@ -64,7 +64,7 @@ struct CkptSection {
   bool async = false;                  // background writer (snapshot in memory)
   bool load_optim = true;              // resume: load AdamW moments (false: start them at zero)
   bool load_data = true;               // resume: load the data order state (false: restart it)
-  bool allow_contract_change = false;  // resume across determinism / reduce_block changes
+  bool allow_contract_change = false;  // resume across determinism / reduce_block / tree changes
 };
 
 struct VerifySection {
@@ -77,6 +77,7 @@ struct VerifySection {
 
 struct NumericsSection {
   std::int64_t reduce_block = 64;  // B of the canonical sum
+  TreeShape tree = kDefaultTree;   // the canonical tree (contract v2 halving, v1 pow2)
 };
 
 // debug.bitflip = RANK:STEP:TENSOR: after the update of STEP, that rank flips the lowest

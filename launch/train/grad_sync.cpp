@@ -38,7 +38,8 @@ const char* state_prefix(StateKind k) {
   return "";
 }
 
-GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads)
+GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads,
+                   TreeShape tree, std::int64_t leaves)
     : model_(model),
       grid_(grid),
       zero_(zero),
@@ -50,7 +51,7 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
           for (const auto& t : terms) total += t.numel();
         return total;
       }(),
-               mode) {
+               mode, tree, leaves) {
   for (const auto& terms : model.grads()) {
     term_offset_.emplace_back();
     for (const auto& t : terms) {
@@ -83,7 +84,7 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
   }
 }
 
-void GradSync::push_microbatch() {
+void GradSync::push_microbatch(std::int64_t width) {
   const GradTerms& g = model_.grads();
   // The previous microbatch (if any) leaves the buffer for the counter before it is reused.
   reducer_.flush_deferred();
@@ -94,7 +95,7 @@ void GradSync::push_microbatch() {
       for (const auto& t : terms) ptrs.back().push_back(t.data<float>());
     }
     part_.pack_grads(ptrs, flat_.data());
-    reducer_.push_microbatch_deferred(flat_.data());
+    reducer_.push_microbatch_deferred(flat_.data(), width);
     return;
   }
   // Copy every term into its place in reduced_, the pieces spread over the threads.
@@ -113,7 +114,7 @@ void GradSync::push_microbatch() {
 #pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1)
   for (int i = 0; i < np; ++i)
     std::copy_n(pieces[i].src, pieces[i].n, reduced_.data() + pieces[i].dst);
-  reducer_.push_microbatch_deferred(reduced_.data());
+  reducer_.push_microbatch_deferred(reduced_.data(), width);
 }
 
 void GradSync::reduce() {

@@ -44,11 +44,14 @@ const char* state_prefix(StateKind k);  // "grad/", "adam_m/", "adam_v/", "param
 
 class GradSync {
  public:
-  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads = 1);
+  // tree, leaves: the tree the step's microbatches are nodes of (MicrobatchPlan).
+  GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads, TreeShape tree,
+           std::int64_t leaves);
 
   void begin_step() { reducer_.reset(); }
-  // Adds the model's current gradients (one microbatch) to the step's counter.
-  void push_microbatch();
+  // Adds the model's current gradients (one microbatch, covering `width` leaves of the tree) to
+  // the step's counter.
+  void push_microbatch(std::int64_t width);
   // Canonical DP reduction and term combination: fills the slices' grad.
   void reduce();
   // Exact global gradient norm over all slices (collective over DP and TP).

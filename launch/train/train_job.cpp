@@ -38,7 +38,7 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
     : cfg_(cfg),
       world_(mpi.world()),
       kctx_{resolve_isa(cfg.run.isa), static_cast<int>(cfg.run.threads),
-            static_cast<int>(cfg.numerics.reduce_block)},
+            static_cast<int>(cfg.numerics.reduce_block), cfg.numerics.tree},
       grid_(Grid::create(mpi.world(), static_cast<int>(cfg.parallel.tp))),
       schedule_(config::lr_schedule(cfg)) {
   validate(kctx_);
@@ -50,7 +50,7 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
   const auto seed = static_cast<std::uint64_t>(cfg_.run.seed);
   mb_ = cfg_.parallel.microbatch;
   per_rank_ = G / grid_.dp_size();
-  n_mb_ = per_rank_ / mb_;
+  plan_ = plan_microbatches(cfg_.numerics.tree, per_rank_, mb_);
   dataset_ = std::make_unique<data::GptDataset>(data::open_token_source(cfg_.data, seed), ctx,
                                                 cfg_.model.vocab);
   sampler_ = std::make_unique<data::Sampler>(data::SamplerConfig{dataset_->num_samples(), G, seed});
@@ -58,7 +58,8 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
   // ---- model, optimizer state and the traces ----------------------------------------------
   model_ = std::make_unique<Gpt>(cfg_.model, grid_, mode, kctx_);
   model_->init(seed);
-  sync_ = std::make_unique<GradSync>(*model_, grid_, mode, cfg_.parallel.zero, kctx_.threads);
+  sync_ = std::make_unique<GradSync>(*model_, grid_, mode, cfg_.parallel.zero, kctx_.threads,
+                                     plan_.tree, plan_.leaves);
   state_ = std::make_unique<StateTrace>(
       *sync_, world_, grid_, cfg_.verify.hash,
       fp_version_from_int(cfg_.verify.fingerprint_version, "verify.fingerprint_version"),
@@ -120,19 +121,21 @@ StepResult TrainJob::run_step(std::int64_t step) {
 }
 
 // Every microbatch of this rank through the model (gradients pushed to the reducer), and the
-// mean loss over the global batch: microbatch sums by the binary counter, DP by the tree.
+// mean loss over the global batch: microbatch sums by the rank's tree (the plan's nodes), DP by
+// the tree over ranks.
 float TrainJob::forward_backward(std::int64_t step) {
   const std::int64_t G = cfg_.data.global_batch, ctx = cfg_.model.context;
   const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
   const float loss_scale = 1.0f / static_cast<float>(G * ctx);
-  BinaryCounter loss_counter(1);
-  for (std::int64_t m = 0; m < n_mb_; ++m) {
-    sampler_->fill_microbatch(*dataset_, dp, dp_rank, mb_, m, tokens_.data(), labels_.data());
-    for (std::int64_t j = 0; j < mb_; ++j) seq_ids_[j] = dp_rank * per_rank_ + m * mb_ + j;
+  TreeCombiner loss_counter(1, plan_.tree, plan_.leaves);
+  for (const Microbatch& mbt : plan_.passes) {
+    sampler_->fill_sequences(*dataset_, dp, dp_rank, mbt.first, mbt.count, tokens_.data(),
+                             labels_.data());
+    for (std::int64_t j = 0; j < mbt.count; ++j) seq_ids_[j] = dp_rank * per_rank_ + mbt.first + j;
     const float loss_sum = model_->forward_backward(tokens_.data(), labels_.data(), seq_ids_.data(),
-                                                    mb_, step, loss_scale);
-    sync_->push_microbatch();
-    loss_counter.push(&loss_sum);
+                                                    mbt.count, step, loss_scale);
+    sync_->push_microbatch(mbt.width);
+    loss_counter.push_node(&loss_sum, mbt.width);
   }
   float loss_sum = 0;
   loss_counter.result(&loss_sum);

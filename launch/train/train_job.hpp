@@ -27,6 +27,7 @@
 #include "launch/train/config.hpp"
 #include "launch/train/grad_sync.hpp"
 #include "launch/train/state_trace.hpp"
+#include "parallel/microbatch_plan.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
@@ -74,7 +75,9 @@ class TrainJob {
   data::Sampler& sampler() { return *sampler_; }
   StateTrace& state() { return *state_; }
   std::int64_t microbatch() const { return mb_; }
-  std::int64_t microbatches() const { return n_mb_; }  // per rank and step
+  // Forward/backward passes per rank and step (MicrobatchPlan: under halving a microbatch size
+  // that is not a node of the rank's tree becomes several smaller passes).
+  std::int64_t microbatches() const { return static_cast<std::int64_t>(plan_.passes.size()); }
   // Steps skipped by the non-finite guard so far (AdamW's step count is step - skipped);
   // saved in checkpoints and restored on resume.
   std::int64_t skipped_steps() const { return skipped_; }
@@ -92,7 +95,8 @@ class TrainJob {
   KernelCtx kctx_;
   Grid grid_;
   LrScheduleConfig schedule_;                      // cfg.optim's, total_steps = run.steps
-  std::int64_t mb_ = 0, per_rank_ = 0, n_mb_ = 0;  // sequences per microbatch / rank; count
+  std::int64_t mb_ = 0, per_rank_ = 0;  // sequences per microbatch (at most) / rank
+  MicrobatchPlan plan_;
   std::unique_ptr<data::GptDataset> dataset_;
   std::unique_ptr<data::Sampler> sampler_;
   std::unique_ptr<Gpt> model_;

@@ -122,7 +122,8 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
   r["step"] = step;
   r["consumed_samples"] = sampler.state().consumed_samples;
   r["contract"] = {{"determinism", determinism_name(cfg.run.determinism)},
-                   {"reduce_block", cfg.numerics.reduce_block}};
+                   {"reduce_block", cfg.numerics.reduce_block},
+                   {"tree", std::string(enum_name(cfg.numerics.tree))}};
   r["layout"] = {{"world", world_size},
                  {"tp", grid.tp_size()},
                  {"dp", grid.dp_size()},
@@ -149,18 +150,23 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
 void check_resume(const nlohmann::json& saved, const config::Config& cfg, bool root) {
   const nlohmann::json& old = saved.at("config");
   const nlohmann::ordered_json now = config_json(cfg);
-  auto differs = [&](const std::string& key) {
-    return old.contains(key) && old.at(key) != now.at(key);
+  // A checkpoint made before numerics.tree existed was made under the pow2 tree.
+  auto saved_value = [&](const std::string& key) -> nlohmann::json {
+    if (old.contains(key)) return old.at(key);
+    if (key == "numerics.tree") return std::string(enum_name(TreeShape::pow2));
+    return now.at(key);
   };
+  auto differs = [&](const std::string& key) { return saved_value(key) != now.at(key); };
   auto both = [&](const std::string& key) {
-    return key + " = " + old.at(key).dump() + " in the checkpoint, " + now.at(key).dump() + " now";
+    return key + " = " + saved_value(key).dump() + " in the checkpoint, " + now.at(key).dump() +
+           " now";
   };
   // Tensor shapes (vocab, context, layers, d_model, ffn, bias) are checked per tensor by
   // ckpt::load, which names the tensor and both shapes; these change no shape:
   for (const char* key : {"model.heads", "model.ln_eps"})
     check(!differs(key), "cannot resume: the model differs: " + both(key),
           "resume with the model config the checkpoint was saved with (lockstep ckpt inspect)");
-  for (const char* key : {"run.determinism", "numerics.reduce_block"}) {
+  for (const char* key : {"run.determinism", "numerics.reduce_block", "numerics.tree"}) {
     if (!differs(key)) continue;
     check(cfg.ckpt.allow_contract_change,
           "cannot resume: the numerical contract differs: " + both(key),
@@ -215,7 +221,7 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
   const Grid& grid = job.grid();
   const ModelConfig& m = job.model().config();
   std::printf(
-      "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld x %lld per rank, "
+      "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld (%lld passes per rank), "
       "%d thread(s), %s, ISA %s, GEMM %s\n",
       determinism_name(cfg.run.determinism), world_size, grid.tp_size(), grid.dp_size(),
       static_cast<long long>(job.microbatch()), static_cast<long long>(job.microbatches()),

@@ -16,7 +16,8 @@ std::string str(std::int64_t v) {
   return std::to_string(v);
 }
 
-// Why a split of `len` elements is not an aligned subtree of blocks of B (empty if it is).
+// Why a split of `len` tokens is not an aligned subtree of blocks of B under the pow2 tree
+// (empty if it is).
 std::string alignment_problem(const std::string& what, std::int64_t len, std::int64_t B) {
   if (len % B != 0) return what + " = " + str(len) + " is not a multiple of reduce_block " + str(B);
   if (!pow2(len / B))
@@ -67,10 +68,18 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
   need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");
   need(G >= 1, "data.global_batch = " + str(G) + " must be >= 1");
-  if (mb >= 1 && G >= 1)
+  if (mb >= 1 && G >= 1 && c.numerics.tree == TreeShape::pow2)
     need(G % (dp * mb) == 0, "data.global_batch = " + str(G) +
                                  " is not divisible by dp x microbatch = " + str(dp) + " x " +
-                                 str(mb) + "; choose a multiple of " + str(dp * mb));
+                                 str(mb) + "; choose a multiple of " + str(dp * mb) +
+                                 " (numerics.tree = \"pow2\" needs equal microbatches)");
+  if (mb >= 1 && G >= 1 && c.numerics.tree == TreeShape::halving) {
+    need(G % dp == 0, "data.global_batch = " + str(G) + " is not divisible by dp = " + str(dp) +
+                          "; choose a multiple of " + str(dp));
+    need(G % dp != 0 || mb <= G / dp,
+         "parallel.microbatch = " + str(mb) + " exceeds the " + str(G / dp) +
+             " sequences per DP rank (global_batch / dp)");
+  }
   for (auto& line : optim_config_problems(c.optim)) p.push_back(std::move(line));
   need(c.run.steps >= 0, "run.steps must be >= 0");
   need(c.run.threads >= 0, "run.threads must be >= 0 (0: cores / ranks)");
@@ -133,22 +142,30 @@ GuaranteeReport guarantees(const Config& c, int world_size) {
           " uses layout-dependent reduction orders";
   } else {
     const auto& m = c.model;
-    const std::int64_t mb_tokens = c.parallel.microbatch * m.context;
-    const std::int64_t rank_tokens = c.data.global_batch / dp * m.context;
+    const TreeShape tree = c.numerics.tree;
     std::vector<std::string> problems;
     auto add = [&](const std::string& s) {
       if (!s.empty()) problems.push_back(s);
     };
     if (!pow2(tp)) add("TP = " + str(tp) + " is not a power of two");
     if (!pow2(dp)) add("DP = " + str(dp) + " is not a power of two");
-    if (tp > 1) {
-      add(alignment_problem("row-parallel K per TP rank (d_model / tp)", m.d_model / tp, B));
-      add(alignment_problem("row-parallel K per TP rank (ffn / tp)", m.ffn / tp, B));
-      add(alignment_problem("vocab shard per TP rank (vocab / tp)", m.padded_vocab() / tp, B));
+    if (pow2(tp) && tp > 1) {
+      add(feature_cut_problem(tree, "row-parallel K per TP rank (model.d_model / tp)",
+                              "model.d_model", m.d_model, tp, B));
+      add(feature_cut_problem(tree, "row-parallel K per TP rank (model.ffn / tp)", "model.ffn",
+                              m.ffn, tp, B));
+      add(feature_cut_problem(tree, "vocab shard per TP rank (padded vocab / tp)",
+                              "a padded vocab (model.vocab_pad_to) of", m.padded_vocab(), tp, B));
     }
-    add(alignment_problem("tokens per microbatch (microbatch x context)", mb_tokens, B));
-    if (dp > 1)
-      add(alignment_problem("tokens per DP rank (global_batch / dp x context)", rank_tokens, B));
+    // Under halving the token axis is a tree over sequences: a power-of-two DP dividing the
+    // global batch cuts it at nodes, and launch splits any microbatch at the tree's nodes.
+    if (tree == TreeShape::pow2) {
+      add(alignment_problem("tokens per microbatch (microbatch x context)",
+                            c.parallel.microbatch * m.context, B));
+      if (dp > 1)
+        add(alignment_problem("tokens per DP rank (global_batch / dp x context)",
+                              c.data.global_batch / dp * m.context, B));
+    }
     for (const auto& p : problems) why += (why.empty() ? "" : "; ") + p;
   }
   const bool g3 = why.empty();

@@ -1,10 +1,13 @@
 // Validation of a run configuration against a layout, before any work starts, and the
 // statement of which guarantees (docs/design.md section 1: G1-G4) that layout gets and why.
 // Determinism contract: the G3/G4 verdict is exactly the condition under which every
-// reduction of a step is an aligned subtree of its canonical sum (docs/design.md section 2):
-// power-of-two TP and DP groups, and every split reduction axis (row-parallel K per TP
-// rank, the vocab shard, a microbatch's tokens, a DP rank's tokens) holding a power-of-two
-// number of whole blocks of numerics.reduce_block.
+// reduction of a step is a node of its canonical tree (docs/design.md section 2): power-of-two
+// TP and DP groups, and every split reduction axis cut at nodes. Under numerics.tree = halving:
+// the row-parallel K per TP rank and the vocab shard hold whole blocks of
+// numerics.reduce_block (then 2^j | blocks, a node), DP divides the global batch (a tree over
+// sequences), and any microbatch size works (split at the nodes). Under pow2 (contract v1):
+// every split axis, a microbatch's and a DP rank's tokens included, holds a power-of-two
+// number of whole blocks.
 #pragma once
 
 #include <string>

@@ -25,16 +25,19 @@ namespace {
 
 constexpr int kG = 8;  // rows advanced together (independent chains overlap)
 
-// Binary counters of docs/design.md section 2 for kG rows (the csum tree over block leaves).
+// Post-order counters of docs/design.md section 2 for kG rows (the csum tree over block
+// leaves; the schedule of a row of n leaves is mt.row(n), runtime/reduce_tree.hpp).
 using Counters = csum_detail::RowCounters<kG>;
 
 // Rows i0 .. i0+kG-1 of the causal pattern: row i0+r has length i0+r+1. out[r] = csum (Dot =
-// false: of a) or cdot (Dot = true: of a, b) over the row's prefix, block B: the bits of
-// lockstep::csum / lockstep::cdot (chains from -0.0, same leaves, same tree).
+// false: of a) or cdot (Dot = true: of a, b) over the row's prefix, block B, tree mt: the bits
+// of lockstep::csum / lockstep::cdot (chains from -0.0, same leaves, same tree).
 template <bool Dot>
 void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::int64_t i0, int B,
-                         float* out) {
+                         const MergeTable& mt, float* out) {
   Counters c;
+  const std::uint8_t* sched[kG];
+  for (int r = 0; r < kG; ++r) sched[r] = mt.row((i0 + r + B) / B);
   const std::int64_t maxlen = i0 + kG;
   for (std::int64_t lo = 0; lo < maxlen; lo += B) {
     const std::int64_t hi = std::min<std::int64_t>(maxlen, lo + B);
@@ -56,7 +59,7 @@ void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::i
         else
           acc[r] = acc[r] + a[r * ld + k];
       }
-      if (i0 + r + 1 > lo) c.push(r, acc[r]);
+      if (i0 + r + 1 > lo) c.push(r, acc[r], sched[r][lo / B]);
     }
   }
   for (int r = 0; r < kG; ++r) out[r] = c.result(r);
@@ -67,17 +70,17 @@ void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::i
 // ld): 16 x 16 blocks are transposed so that step k of every row's chain is one (masked)
 // vector add or fma, in increasing k from -0.0 per leaf, lanes past their row's end left
 // unchanged. With i0 and B multiples of 16 every leaf starts at or before i0, so every lane
-// (row) has the same leaves, merged by the binary counter of csum_counter.hpp on vectors: each
-// lane is exactly the scalar row's sum.
+// (row) has the same leaves, merged by the tree's schedule (mt) on vectors: each lane is exactly
+// the scalar row's sum.
 template <class V, bool Dot>
 void causal_group16_reduce(const float* a, const float* b, std::int64_t ld, std::int64_t i0, int B,
-                           float* out) {
+                           const MergeTable& mt, float* out) {
   static_assert(V::masked && V::W == 16);
   const std::int64_t maxlen = i0 + 16;
   alignas(64) float ta[16 * 16], tb[16 * 16];
   typename V::reg value[64];
-  std::int64_t weight[64];
   int n = 0;
+  const std::uint8_t* sched = mt.row((maxlen + B - 1) / B);
   const typename V::ireg lane = V::iota();
   for (std::int64_t lo = 0; lo < maxlen; lo += B) {
     const std::int64_t hi = std::min<std::int64_t>(maxlen, lo + B);
@@ -97,13 +100,10 @@ void causal_group16_reduce(const float* a, const float* b, std::int64_t ld, std:
           acc = V::mask_add(acc, m, acc, x);
       }
     }
-    std::int64_t w = 1;
-    while (n > 0 && weight[n - 1] == w) acc = V::add(value[--n], acc), w *= 2;
-    value[n] = acc, weight[n++] = w;
+    for (int k = sched[lo / B]; k > 0; --k) acc = V::add(value[--n], acc);
+    value[n++] = acc;
   }
-  typename V::reg acc = value[n - 1];  // fold from the right
-  for (int i = n - 2; i >= 0; --i) acc = V::add(value[i], acc);
-  V::storeu(out, acc);
+  V::storeu(out, value[0]);  // the schedule's last merge left the root
 }
 
 // max over s[0..n) by m = s[j] > m ? s[j] : m from m = s[0]; lanes keep the same semantics up
@@ -231,6 +231,7 @@ template <class V>
 void softmax_rows_impl(const KernelCtx& ctx1, float* S, std::int64_t C, std::int64_t r0,
                        std::int64_t r1, float scale) {
   const int B = ctx1.reduce_block;
+  const MergeTable mt(ctx1.tree, (C + B - 1) / B);
   std::int64_t i = r0;
   while (i < r1) {
     float sum[16];
@@ -238,15 +239,15 @@ void softmax_rows_impl(const KernelCtx& ctx1, float* S, std::int64_t C, std::int
     if (i + 16 <= r1 && group16_ok<V>(i, C, B)) {
       rows = 16;
       for (int r = 0; r < rows; ++r) softmax_row_pre<V>(ctx1, S + (i + r) * C, i + r + 1, scale);
-      if constexpr (V::masked) causal_group16_reduce<V, false>(S + i * C, nullptr, C, i, B, sum);
+      if constexpr (V::masked) causal_group16_reduce<V, false>(S + i * C, nullptr, C, i, B, mt, sum);
     } else if (i + kG <= r1) {
       rows = kG;
       for (int r = 0; r < rows; ++r) softmax_row_pre<V>(ctx1, S + (i + r) * C, i + r + 1, scale);
-      causal_group_reduce<false>(S + i * C, nullptr, C, i, B, sum);
+      causal_group_reduce<false>(S + i * C, nullptr, C, i, B, mt, sum);
     } else {
       rows = 1;
       softmax_row_pre<V>(ctx1, S + i * C, i + 1, scale);
-      sum[0] = csum(S + i * C, i + 1, B);
+      sum[0] = csum(S + i * C, i + 1, ctx1.rule());
     }
     for (int r = 0; r < rows; ++r) softmax_row_post<V>(S + (i + r) * C, i + r + 1, C, sum[r]);
     i += rows;
@@ -257,19 +258,20 @@ template <class V>
 void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G, std::int64_t C,
                                 std::int64_t r0, std::int64_t r1, float scale) {
   const int B = ctx1.reduce_block;
+  const MergeTable mt(ctx1.tree, (C + B - 1) / B);
   std::int64_t i = r0;
   while (i < r1) {
     float dot[16];
     int rows = 0;
     if (i + 16 <= r1 && group16_ok<V>(i, C, B)) {
       rows = 16;
-      if constexpr (V::masked) causal_group16_reduce<V, true>(P + i * C, G + i * C, C, i, B, dot);
+      if constexpr (V::masked) causal_group16_reduce<V, true>(P + i * C, G + i * C, C, i, B, mt, dot);
     } else if (i + kG <= r1) {
       rows = kG;
-      causal_group_reduce<true>(P + i * C, G + i * C, C, i, B, dot);
+      causal_group_reduce<true>(P + i * C, G + i * C, C, i, B, mt, dot);
     } else {
       rows = 1;
-      dot[0] = cdot(P + i * C, G + i * C, i + 1, B);
+      dot[0] = cdot(P + i * C, G + i * C, i + 1, ctx1.rule());
     }
     for (int r = 0; r < rows; ++r)
       softmax_backward_row_post<V>(P + (i + r) * C, G + (i + r) * C, i + r + 1, C, dot[r], scale);

@@ -7,11 +7,11 @@
 // of row r in lane r of vector k; the trait's register transposes, a plain loop for tails),
 // held in GCC generic vectors of kL floats (simd::GnuVec), and each lane runs
 // exactly its row's canonical sum (chains of B elements from -0.0 in order, leaves merged by
-// the binary counter): the bits of lockstep::csum. Four block chains of a row advance together
+// the row tree's post-order schedule): the bits of lockstep::csum. Four block chains of a row advance together
 // for overlap; the leaves are still pushed in block order. Element-wise passes run along
 // features with the literal operations (no FMA: -ffp-contract=off, no reassociation), their
 // vector body aligned to the output row. The fused backward also sums the parameter-gradient
-// column chains of each B-row block in the same pass (csum_rows' leaves, rows in order).
+// column chains of each token leaf in the same pass (csum_rows' leaves, rows in order).
 // Everything lives in an anonymous namespace (one private copy per TU, no ODR clash).
 #pragma once
 
@@ -46,21 +46,15 @@ LN_INLINE vf<V> splat(float a) {
   return v;
 }
 
-// The binary counter of runtime/csum_counter.hpp, one lane per row (all rows of a group have
-// the same length, so they push the same number of leaves).
+// The post-order counter of runtime/csum_counter.hpp, one lane per row (all rows of a group
+// have the same length, so they push the same leaves with the same schedule).
 template <class V>
 struct LaneCounter {
   vf<V> value[64];
-  int weight_log[64];
   int n = 0;
-  LN_INLINE void push(vf<V> v) {
-    int w = 0;
-    while (n > 0 && weight_log[n - 1] == w) {
-      v = value[--n] + v;
-      ++w;
-    }
-    value[n] = v;
-    weight_log[n++] = w;
+  LN_INLINE void push(vf<V> v, int merges) {
+    for (int k = 0; k < merges; ++k) v = value[--n] + v;
+    value[n++] = v;
   }
   LN_INLINE vf<V> result() const {
     if (n == 0) return splat<V>(kAdditiveIdentity);
@@ -70,10 +64,11 @@ struct LaneCounter {
   }
 };
 
-// out[s] (s < NS) = per-lane csum over k in [0, n) of the terms f(k, terms) writes, block B.
-// Four full blocks advance together (their chains are independent); leaves are pushed in order.
+// out[s] (s < NS) = per-lane csum over k in [0, n) of the terms f(k, terms) writes, block B,
+// leaf l followed by merges[l] merges (the row tree's schedule). Four full blocks advance
+// together (their chains are independent); leaves are pushed in order.
 template <class V, int NS, class F>
-LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf<V>* out) {
+LN_INLINE void lane_csum(std::int64_t n, int B, const std::uint8_t* merges, F f, vf<V>* out) {
   LaneCounter<V> c[NS];
   const vf<V> z = splat<V>(kAdditiveIdentity);
   std::int64_t lo = 0;
@@ -88,7 +83,7 @@ LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf<V>* out) {
         for (int s = 0; s < NS; ++s) a[j][s] = a[j][s] + t[s];
       }
     for (int j = 0; j < 4; ++j)
-      for (int s = 0; s < NS; ++s) c[s].push(a[j][s]);
+      for (int s = 0; s < NS; ++s) c[s].push(a[j][s], merges[lo / B + j]);
   }
   for (; lo < n; lo += B) {
     const std::int64_t hi = std::min<std::int64_t>(n, lo + B);
@@ -99,7 +94,7 @@ LN_INLINE void lane_csum(std::int64_t n, int B, F f, vf<V>* out) {
       f(k, t);
       for (int s = 0; s < NS; ++s) a[s] = a[s] + t[s];
     }
-    for (int s = 0; s < NS; ++s) c[s].push(a[s]);
+    for (int s = 0; s < NS; ++s) c[s].push(a[s], merges[lo / B]);
   }
   for (int s = 0; s < NS; ++s) out[s] = c[s].result();
 }
@@ -179,7 +174,7 @@ LN_INLINE void backward_row_range(const float* dr, const float* xh, const float*
 template <class V>
 void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t r0,
                        std::int64_t r1, std::int64_t n, const float* w, const float* b, float eps,
-                       int B, float* xhat, float* rstd, float* y) {
+                       const LnTrees& tr, float* xhat, float* rstd, float* y) {
   constexpr int kL = V::W;
   vf<V>* xt = tile<V>(0, n);
   const vf<V> fn = splat<V>(static_cast<float>(n));
@@ -195,10 +190,10 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
     load_rows_transposed<V>(x + t0 * n, n, rows, n, xt);
     vf<V> sum, sq;
     lane_csum<V, 1>(
-        n, B, [xt](std::int64_t k, vf<V>* t) { t[0] = xt[k]; }, &sum);
+        n, tr.B, tr.row_merges, [xt](std::int64_t k, vf<V>* t) { t[0] = xt[k]; }, &sum);
     const vf<V> mean = sum / fn;
     lane_csum<V, 1>(
-        n, B,
+        n, tr.B, tr.row_merges,
         [xt, mean](std::int64_t k, vf<V>* t) {
           const vf<V> c = xt[k] - mean;
           t[0] = c * c;
@@ -223,13 +218,13 @@ void forward_rows_impl(float* xw, const float* x, const float* res, std::int64_t
 // c1 = csum(g)/n and c2 = csum(g*xhat)/n with g = dy*w; dt, xt: tiles of n vectors.
 template <class V>
 LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const float* w,
-                                    std::int64_t t0, int rows, std::int64_t n, int B, vf<V>* dt,
+                                    std::int64_t t0, int rows, std::int64_t n, const LnTrees& tr, vf<V>* dt,
                                     vf<V>* xt, vf<V> fn, vf<V>& c1v, vf<V>& c2v) {
   load_rows_transposed<V>(dy + t0 * n, n, rows, n, dt);
   load_rows_transposed<V>(xhat + t0 * n, n, rows, n, xt);
   vf<V> s[2];
   lane_csum<V, 2>(
-      n, B,
+      n, tr.B, tr.row_merges,
       [dt, xt, w](std::int64_t k, vf<V>* t) {
         const vf<V> g = dt[k] * w[k];
         t[0] = g;
@@ -246,13 +241,13 @@ LN_INLINE void backward_group_stats(const float* dy, const float* xhat, const fl
 template <class V, class RowFn>
 LN_INLINE void backward_groups(const float* dy, const float* xhat, const float* rstd,
                                const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,
-                               int B, vf<V>* dt, vf<V>* xt, vf<V> fn, float* dx_out,
+                               const LnTrees& tr, vf<V>* dt, vf<V>* xt, vf<V> fn, float* dx_out,
                                RowFn&& row_fn) {
   constexpr int kL = V::W;
   for (std::int64_t t0 = r0; t0 < r1; t0 += kL) {
     const int rows = static_cast<int>(std::min<std::int64_t>(kL, r1 - t0));
     vf<V> c1v, c2v;
-    backward_group_stats<V>(dy, xhat, w, t0, rows, n, B, dt, xt, fn, c1v, c2v);
+    backward_group_stats<V>(dy, xhat, w, t0, rows, n, tr, dt, xt, fn, c1v, c2v);
     for (int r = 0; r < rows; ++r) {
       float* o = dx_out + (t0 + r) * n;
       row_fn(dy + (t0 + r) * n, xhat + (t0 + r) * n, o, c1v[r], c2v[r], rstd[t0 + r],
@@ -264,11 +259,11 @@ LN_INLINE void backward_groups(const float* dy, const float* xhat, const float* 
 template <class V>
 void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
                         std::int64_t r0, std::int64_t r1, std::int64_t n, float* dx_out,
-                        bool accumulate, int B) {
+                        bool accumulate, const LnTrees& tr) {
   vf<V>* dt = tile<V>(0, n);
   vf<V>* xt = tile<V>(1, n);
   const vf<V> fn = splat<V>(static_cast<float>(n));
-  backward_groups<V>(dy, xhat, rstd, w, r0, r1, n, B, dt, xt, fn, dx_out,
+  backward_groups<V>(dy, xhat, rstd, w, r0, r1, n, tr, dt, xt, fn, dx_out,
                      [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
                          std::int64_t h) {
                        if (accumulate) {
@@ -283,27 +278,25 @@ void backward_rows_impl(const float* dy, const float* xhat, const float* rstd, c
 
 constexpr std::int64_t kColChunk = 64;
 
-// csum_rows' binary counter for a pair of column chunks (dw and db leaves, w <= kColChunk
-// columns): push merges left + right as soon as equal weights meet; finish folds the remaining
-// levels from the top down into ow/ob (-0.0 when nothing was pushed).
+// csum_rows' post-order counter for a pair of column chunks (dw and db leaves, w <= kColChunk
+// columns): push adds a leaf and then merges left + right as often as the token tree's schedule
+// says; finish copies the root into ow/ob (the rest folded from the top down for a partial
+// schedule; -0.0 when nothing was pushed).
 struct ColPairCounter {
   alignas(64) float lw[64][kColChunk], lb[64][kColChunk];
-  int weight_log[64];
   int depth = 0;
   // leaf_w / leaf_b are consumed (they hold the merged subtree afterwards).
-  LN_INLINE void push(float* leaf_w, float* leaf_b, std::int64_t w) {
-    int wt = 0;
-    while (depth > 0 && weight_log[depth - 1] == wt) {
+  LN_INLINE void push(float* leaf_w, float* leaf_b, std::int64_t w, int merges) {
+    for (int k = 0; k < merges; ++k) {
       --depth;
       for (std::int64_t j = 0; j < w; ++j) {
         leaf_w[j] = lw[depth][j] + leaf_w[j];
         leaf_b[j] = lb[depth][j] + leaf_b[j];
       }
-      ++wt;
     }
     std::copy(leaf_w, leaf_w + w, lw[depth]);
     std::copy(leaf_b, leaf_b + w, lb[depth]);
-    weight_log[depth++] = wt;
+    ++depth;
   }
   LN_INLINE void finish(float* ow, float* ob, std::int64_t w) const {
     if (depth == 0) {
@@ -323,17 +316,17 @@ struct ColPairCounter {
 
 // dw[j] = csum over rows t of (dy[t,j] * xhat[t,j]) and db[j] = csum over t of dy[t,j] for the
 // columns [j0, j0 + w), w <= kColChunk: the bits of csum_rows (runtime/csum.cpp) on the staged
-// product and on dy (per column a chain from -0.0 over each block of B rows, blocks merged by
-// the binary counter, the remaining levels folded from the top down). Full chunks take a
-// fixed-width loop the compiler vectorizes over columns.
+// product and on dy (per column a chain from -0.0 over each token leaf of tr, leaves merged by
+// the token tree's schedule). Full chunks take a fixed-width loop the compiler vectorizes over
+// columns.
 template <std::int64_t W>
-void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
-                       std::int64_t j0, std::int64_t wdyn, int B, float* dw, float* db) {
+void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t n, std::int64_t j0,
+                       std::int64_t wdyn, const LnTrees& tr, float* dw, float* db) {
   const std::int64_t w = W > 0 ? W : wdyn;
   ColPairCounter counter;
   alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
-  for (std::int64_t lo = 0; lo < T; lo += B) {
-    const std::int64_t hi = std::min<std::int64_t>(T, lo + B);
+  for (std::int64_t u = 0; u < tr.leaves; ++u) {
+    const std::int64_t lo = tr.leaf_bound[u], hi = tr.leaf_bound[u + 1];
     for (std::int64_t j = 0; j < w; ++j) leaf_w[j] = leaf_b[j] = kAdditiveIdentity;
     for (std::int64_t i = lo; i < hi; ++i) {
       const float* dr = dy + i * n + j0;
@@ -344,17 +337,17 @@ void param_grad_cols_w(const float* dy, const float* xhat, std::int64_t T, std::
         leaf_b[j] = leaf_b[j] + dr[j];
       }
     }
-    counter.push(leaf_w, leaf_b, w);
+    counter.push(leaf_w, leaf_b, w, tr.leaf_merges[u]);
   }
   counter.finish(dw + j0, db + j0, w);
 }
 
-void param_grad_cols_impl(const float* dy, const float* xhat, std::int64_t T, std::int64_t n,
-                          std::int64_t j0, std::int64_t w, int B, float* dw, float* db) {
+void param_grad_cols_impl(const float* dy, const float* xhat, std::int64_t n, std::int64_t j0,
+                          std::int64_t w, const LnTrees& tr, float* dw, float* db) {
   if (w == kColChunk)
-    param_grad_cols_w<kColChunk>(dy, xhat, T, n, j0, w, B, dw, db);
+    param_grad_cols_w<kColChunk>(dy, xhat, n, j0, w, tr, dw, db);
   else
-    param_grad_cols_w<0>(dy, xhat, T, n, j0, w, B, dw, db);
+    param_grad_cols_w<0>(dy, xhat, n, j0, w, tr, dw, db);
 }
 
 // dx = (dy*w - (xhat*c2 + c1))*rstd (added to o when Acc) and, in the same pass, the column
@@ -377,21 +370,21 @@ LN_INLINE void backward_row_range_cols(const float* dr, const float* xh, const f
   }
 }
 
-// Row blocks [u0, u1) of B rows each (block u = rows [u*B, min(T, u*B + B))): the input
+// Token leaves [u0, u1) of tr (leaf u = rows [leaf_bound[u], leaf_bound[u + 1])): the input
 // gradient of backward_rows_impl, and per block the parameter-gradient leaves of csum_rows
 // (per column a chain over the block's rows in order from -0.0): leaves + u*2n holds the dw
 // leaf (n floats) then the db leaf. dy and xhat are read once for both.
 template <class V>
 void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd, const float* w,
-                          std::int64_t T, std::int64_t n, std::int64_t u0, std::int64_t u1,
-                          float* dx_out, bool accumulate, int B, float* leaves) {
+                          std::int64_t n, std::int64_t u0, std::int64_t u1, float* dx_out,
+                          bool accumulate, const LnTrees& tr, float* leaves) {
   constexpr int kL = V::W;
   vf<V>* dt = tile<V>(0, n);
   vf<V>* xt = tile<V>(1, n);
   vf<V>* acc = tile<V>(2, (2 * n + 48 + kL - 1) / kL + 1);
   const vf<V> fn = splat<V>(static_cast<float>(n));
   for (std::int64_t u = u0; u < u1; ++u) {
-    const std::int64_t lo = u * B, hi = std::min<std::int64_t>(T, lo + B);
+    const std::int64_t lo = tr.leaf_bound[u], hi = tr.leaf_bound[u + 1];
     // Column accumulators placed so lw + head and lb + head are 64-byte aligned when the dx
     // rows are (head = head_len(dx row)); any placement gives the same bits.
     const std::int64_t h0 = head_len(dx_out + lo * n, n);
@@ -400,7 +393,7 @@ void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd,
     float* lw = reinterpret_cast<float*>(acc) + shift;
     float* lb = reinterpret_cast<float*>(acc) + lb_off;
     for (std::int64_t k = 0; k < n; ++k) lw[k] = lb[k] = kAdditiveIdentity;
-    backward_groups<V>(dy, xhat, rstd, w, lo, hi, n, B, dt, xt, fn, dx_out,
+    backward_groups<V>(dy, xhat, rstd, w, lo, hi, n, tr, dt, xt, fn, dx_out,
                        [&](const float* dr, const float* xh, float* o, float c1, float c2, float rs,
                            std::int64_t h) {
                          if (accumulate) {
@@ -416,33 +409,33 @@ void backward_blocks_impl(const float* dy, const float* xhat, const float* rstd,
   }
 }
 
-// dw[j], db[j] for columns [j0, j0 + w) (w <= kColChunk): the U block leaves of
-// backward_blocks_impl merged by csum_rows' binary counter (left + right as soon as equal
-// weights meet), the remaining levels folded from the top down; -0.0 when U == 0.
+// dw[j], db[j] for columns [j0, j0 + w) (w <= kColChunk): the tr.leaves token leaves of
+// backward_blocks_impl merged by the token tree's schedule (csum_rows' tree); -0.0 when there
+// are none.
 template <std::int64_t W>
-void fold_leaves_w(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
-                   std::int64_t wdyn, float* dw, float* db) {
+void fold_leaves_w(const float* leaves, std::int64_t n, std::int64_t j0, std::int64_t wdyn,
+                   const LnTrees& tr, float* dw, float* db) {
   const std::int64_t w = W > 0 ? W : wdyn;
   ColPairCounter counter;
   alignas(64) float leaf_w[kColChunk], leaf_b[kColChunk];
-  for (std::int64_t u = 0; u < U; ++u) {
+  for (std::int64_t u = 0; u < tr.leaves; ++u) {
     const float* sw = leaves + u * 2 * n + j0;
     const float* sb = sw + n;
     for (std::int64_t j = 0; j < w; ++j) {
       leaf_w[j] = sw[j];
       leaf_b[j] = sb[j];
     }
-    counter.push(leaf_w, leaf_b, w);
+    counter.push(leaf_w, leaf_b, w, tr.leaf_merges[u]);
   }
   counter.finish(dw + j0, db + j0, w);
 }
 
-void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,
-                      std::int64_t w, float* dw, float* db) {
+void fold_leaves_impl(const float* leaves, std::int64_t n, std::int64_t j0, std::int64_t w,
+                      const LnTrees& tr, float* dw, float* db) {
   if (w == kColChunk)
-    fold_leaves_w<kColChunk>(leaves, U, n, j0, w, dw, db);
+    fold_leaves_w<kColChunk>(leaves, n, j0, w, tr, dw, db);
   else
-    fold_leaves_w<0>(leaves, U, n, j0, w, dw, db);
+    fold_leaves_w<0>(leaves, n, j0, w, tr, dw, db);
 }
 
 #undef LN_INLINE
@@ -455,26 +448,26 @@ void fold_leaves_impl(const float* leaves, std::int64_t U, std::int64_t n, std::
 #define LOCKSTEP_LN_ROWS_DEFINE(SUFFIX, V)                                                         \
   void forward_rows_##SUFFIX(float* xw, const float* x, const float* res, std::int64_t r0,         \
                              std::int64_t r1, std::int64_t n, const float* w, const float* b,      \
-                             float eps, int B, float* xhat, float* rstd, float* y) {               \
-    forward_rows_impl<V>(xw, x, res, r0, r1, n, w, b, eps, B, xhat, rstd, y);                      \
+                             float eps, const LnTrees& tr, float* xhat, float* rstd, float* y) {   \
+    forward_rows_impl<V>(xw, x, res, r0, r1, n, w, b, eps, tr, xhat, rstd, y);                     \
   }                                                                                                \
   void backward_rows_##SUFFIX(const float* dy, const float* xhat, const float* rstd,               \
                               const float* w, std::int64_t r0, std::int64_t r1, std::int64_t n,    \
-                              float* dx_out, bool accumulate, int B) {                             \
-    backward_rows_impl<V>(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, B);                    \
+                              float* dx_out, bool accumulate, const LnTrees& tr) {                 \
+    backward_rows_impl<V>(dy, xhat, rstd, w, r0, r1, n, dx_out, accumulate, tr);                   \
   }                                                                                                \
-  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t T,                \
-                                std::int64_t n, std::int64_t j0, std::int64_t w, int B, float* dw, \
+  void param_grad_cols_##SUFFIX(const float* dy, const float* xhat, std::int64_t n,                \
+                                std::int64_t j0, std::int64_t w, const LnTrees& tr, float* dw,     \
                                 float* db) {                                                       \
-    param_grad_cols_impl(dy, xhat, T, n, j0, w, B, dw, db);                                        \
+    param_grad_cols_impl(dy, xhat, n, j0, w, tr, dw, db);                                          \
   }                                                                                                \
   void backward_blocks_##SUFFIX(const float* dy, const float* xhat, const float* rstd,             \
-                                const float* w, std::int64_t T, std::int64_t n, std::int64_t u0,   \
-                                std::int64_t u1, float* dx_out, bool accumulate, int B,            \
+                                const float* w, std::int64_t n, std::int64_t u0, std::int64_t u1,  \
+                                float* dx_out, bool accumulate, const LnTrees& tr,                 \
                                 float* leaves) {                                                   \
-    backward_blocks_impl<V>(dy, xhat, rstd, w, T, n, u0, u1, dx_out, accumulate, B, leaves);       \
+    backward_blocks_impl<V>(dy, xhat, rstd, w, n, u0, u1, dx_out, accumulate, tr, leaves);         \
   }                                                                                                \
-  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t U, std::int64_t n, std::int64_t j0,  \
-                            std::int64_t w, float* dw, float* db) {                                \
-    fold_leaves_impl(leaves, U, n, j0, w, dw, db);                                                 \
+  void fold_leaves_##SUFFIX(const float* leaves, std::int64_t n, std::int64_t j0, std::int64_t w,  \
+                            const LnTrees& tr, float* dw, float* db) {                             \
+    fold_leaves_impl(leaves, n, j0, w, tr, dw, db);                                                \
   }

@@ -28,7 +28,8 @@ __global__ void __launch_bounds__(kThreads* kThreads) canonical_gemm_kernel(cons
 
 void gemm_canonical(cudaStream_t stream, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
                     std::int64_t K, const float* A, std::int64_t lda, const float* B,
-                    std::int64_t ldb, float* C, std::int64_t ldc, int block) {
+                    std::int64_t ldb, float* C, std::int64_t ldc, const hd::SumRuleHD& rule) {
+  const int block = rule.block;
   const std::string dims =
       "M=" + std::to_string(M) + " N=" + std::to_string(N) + " K=" + std::to_string(K);
   check(M >= 0 && N >= 0 && K >= 0, "cuda::gemm_canonical: negative size (" + dims + ")");
@@ -39,9 +40,13 @@ void gemm_canonical(cudaStream_t stream, Trans ta, Trans tb, std::int64_t M, std
             ", lda=" + std::to_string(lda) + " ldb=" + std::to_string(ldb) +
             " ldc=" + std::to_string(ldc) + ")",
         "row-major: lda >= K (A not transposed) or M, ldb >= N (B not transposed) or K, ldc >= N");
-  check((K + block - 1) / block <= (std::int64_t(1) << hd::kTreeLevels),
+  check(rule.segment == 0 || (rule.halving && K % rule.segment == 0),
+        "cuda::gemm_canonical: K=" + std::to_string(K) + " is not whole sequences of " +
+            std::to_string(rule.segment) + " under the halving tree",
+        "build token rules with KernelCtx::over_sequences");
+  check(hd::AxisHD(rule, K).count() <= (std::int64_t(1) << hd::kMaxLeafBits),
         "cuda::gemm_canonical: K=" + std::to_string(K) + " has more than 2^" +
-            std::to_string(hd::kTreeLevels) + " blocks of " + std::to_string(block),
+            std::to_string(hd::kMaxLeafBits) + " leaves of " + std::to_string(block),
         "raise numerics.reduce_block or hd::kTreeLevels");
   if (M == 0 || N == 0) return;
   const hd::GemmView g{M,
@@ -55,7 +60,7 @@ void gemm_canonical(cudaStream_t stream, Trans ta, Trans tb, std::int64_t M, std
                        tb == Trans::N ? 1 : ldb,
                        C,
                        ldc,
-                       block};
+                       rule};
   const std::int64_t gx = (N + kTN * kThreads - 1) / (kTN * kThreads);
   const std::int64_t gy = (M + kTM * kThreads - 1) / (kTM * kThreads);
   check(gy <= 65535, "cuda::gemm_canonical: M=" + std::to_string(M) + " needs too many tile rows",

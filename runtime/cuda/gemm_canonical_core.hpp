@@ -3,9 +3,10 @@
 // (tests/unit/test_cuda_gemm_host.cpp emulates the whole grid with it).
 //
 // Contract: exactly runtime/gemm.hpp's `canonical` (and `reference`): for every C element,
-// K is cut into blocks of `block` consecutive k; each block is an FMA chain from -0.0 in
-// ascending k, acc = fma(A[i,k], B[k,j], acc); the block results are combined by the pairwise
-// tree T (runtime/csum.hpp) through a binary counter (runtime/cuda/tree_counter.hpp).
+// K is cut into the leaves of `rule` (blocks of B consecutive k, restarting at each sequence on a
+// token axis); each leaf is an FMA chain from -0.0 in ascending k, acc = fma(A[i,k], B[k,j],
+// acc); the leaf results are combined by the tree T (pow2 or halving, runtime/reduce_tree.hpp)
+// through the post-order counter (runtime/cuda/tree_counter.hpp).
 // Determinism contract: a C element's bits depend only on its row of op(A), its column of
 // op(B), K and block, never on M, N, the TM x TN micro-tile, the launch shape, strides or
 // transposition (a tile only decides which elements one thread computes). K == 0 gives -0.0.
@@ -28,7 +29,7 @@ struct GemmView {
   std::int64_t b_row, b_col;
   float* C;
   std::int64_t ldc;
-  int block;  // reduce_block B of the canonical sum
+  SumRuleHD rule;  // B, the tree and the token axis' sequences of the canonical sum
 };
 
 // Computes C[i0 .. i0+TM) x [j0 .. j0+TN) (clipped to M x N). Rows/columns past the edge are
@@ -42,8 +43,9 @@ LOCKSTEP_HD inline void canonical_gemm_tile(const GemmView& g, std::int64_t i0, 
   for (int b = 0; b < TN; ++b) cj[b] = (j0 + b < g.N ? j0 + b : g.N - 1) * g.b_col;
 
   TreeCounter<TM * TN> tree;
-  for (std::int64_t lo = 0; lo < g.K; lo += g.block) {
-    const std::int64_t hi = lo + g.block < g.K ? lo + g.block : g.K;
+  const AxisHD axis(g.rule, g.K);
+  for (std::int64_t l = 0; l < axis.count(); ++l) {
+    const std::int64_t lo = axis.start(l), hi = lo + axis.len(l);
     float acc[TM * TN];
     LOCKSTEP_UNROLL
     for (int e = 0; e < TM * TN; ++e) acc[e] = kNegZero;
@@ -59,7 +61,7 @@ LOCKSTEP_HD inline void canonical_gemm_tile(const GemmView& g, std::int64_t i0, 
         for (int b = 0; b < TN; ++b) acc[a * TN + b] = fma(av[a], bv[b], acc[a * TN + b]);
       }
     }
-    tree.push(acc);
+    tree.push(acc, axis.merges_after(l));
   }
   float out[TM * TN];
   tree.result(out);

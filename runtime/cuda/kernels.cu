@@ -47,11 +47,11 @@ __global__ void dropout_keep_kernel(std::uint64_t seed, std::uint64_t sid, std::
 }
 
 __global__ void layernorm_canonical_kernel(const float* x, std::int64_t T, std::int64_t n,
-                                           const float* w, const float* b, float eps, int block,
-                                           float* xhat, float* rstd, float* y) {
+                                           const float* w, const float* b, float eps,
+                                           hd::SumRuleHD rule, float* xhat, float* rstd, float* y) {
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < T)
-    hd::layernorm_row_forward(x + t * n, n, w, b, eps, block, xhat + t * n, rstd + t, y + t * n);
+    hd::layernorm_row_forward(x + t * n, n, w, b, eps, rule, xhat + t * n, rstd + t, y + t * n);
 }
 
 __device__ float warp_sum(float v) {
@@ -95,12 +95,12 @@ __global__ void adamw_kernel(const hd::AdamWScalarsHD s, float* p, const float* 
 __global__ void embedding_canonical_kernel(const std::int32_t* offsets,
                                            const std::int32_t* positions, const float* dX,
                                            std::int64_t width, std::int64_t ld, std::int64_t T,
-                                           int block, float* out) {
+                                           hd::SumRuleHD rule, float* out) {
   const std::int64_t r = blockIdx.x;
   const std::int64_t c = std::int64_t(blockIdx.y) * blockDim.x + threadIdx.x;
   if (c >= width) return;
   const std::int32_t lo = offsets[r], hi = offsets[r + 1];
-  out[r * width + c] = hd::embedding_grad_column(positions + lo, hi - lo, dX, ld, c, T, block);
+  out[r * width + c] = hd::embedding_grad_column(positions + lo, hi - lo, dX, ld, c, T, rule);
 }
 
 __global__ void fill_kernel(float* out, std::int64_t n, float value) {
@@ -147,19 +147,19 @@ void dropout_keep(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_
 
 void layernorm_forward_canonical(cudaStream_t stream, const float* x, std::int64_t T,
                                  std::int64_t n, const float* w, const float* b, float eps,
-                                 int block, float* xhat, float* rstd, float* y) {
+                                 const hd::SumRuleHD& rule, float* xhat, float* rstd, float* y) {
   check_n(T, "cuda::layernorm_forward_canonical");
   check(n >= 1, "cuda::layernorm_forward_canonical: feature count " + std::to_string(n) + " < 1");
-  check(block >= 1, "cuda::layernorm_forward_canonical: reduce_block < 1");
-  check((n + block - 1) / block <= (std::int64_t(1) << hd::kTreeLevels),
+  check(rule.block >= 1 && rule.segment == 0,
+        "cuda::layernorm_forward_canonical: reduce_block < 1 or a token rule for a feature row");
+  check(hd::AxisHD(rule, n).count() <= (std::int64_t(1) << hd::kMaxLeafBits),
         "cuda::layernorm_forward_canonical: " + std::to_string(n) +
-            " features exceed the tree "
-            "counter's 2^" +
-            std::to_string(hd::kTreeLevels) + " blocks",
+            " features exceed the tree counter's 2^" + std::to_string(hd::kMaxLeafBits) +
+            " leaves",
         "raise numerics.reduce_block");
   if (T == 0) return;
   // Small blocks: a row per thread, so spread the rows over many SMs.
-  layernorm_canonical_kernel<<<blocks_for(T, 64), 64, 0, stream>>>(x, T, n, w, b, eps, block, xhat,
+  layernorm_canonical_kernel<<<blocks_for(T, 64), 64, 0, stream>>>(x, T, n, w, b, eps, rule, xhat,
                                                                    rstd, y);
   LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_canonical_kernel");
 }
@@ -185,15 +185,16 @@ void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, 
 
 void embedding_backward_canonical(cudaStream_t stream, const std::int32_t* offsets,
                                   const std::int32_t* positions, std::int64_t rows, const float* dX,
-                                  std::int64_t width, std::int64_t ld, std::int64_t T, int block,
-                                  float* out) {
-  check(rows >= 0 && width >= 0 && T >= 0 && ld >= width && block >= 1,
+                                  std::int64_t width, std::int64_t ld, std::int64_t T,
+                                  const hd::SumRuleHD& rule, float* out) {
+  check(rows >= 0 && width >= 0 && T >= 0 && ld >= width && rule.block >= 1 &&
+            (rule.segment == 0 || (rule.halving && T % rule.segment == 0)),
         "cuda::embedding_backward_canonical: bad sizes rows=" + std::to_string(rows) + " width=" +
             std::to_string(width) + " ld=" + std::to_string(ld) + " T=" + std::to_string(T));
   check(rows <= 0x7fffffff, "cuda::embedding_backward_canonical: too many rows");
   if (rows == 0 || width == 0) return;
   embedding_canonical_kernel<<<dim3(unsigned(rows), column_chunks(width)), 128, 0, stream>>>(
-      offsets, positions, dX, width, ld, T, block, out);
+      offsets, positions, dX, width, ld, T, rule, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH("embedding_canonical_kernel");
 }
 

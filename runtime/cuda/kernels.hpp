@@ -35,7 +35,7 @@ void dropout_keep(cudaStream_t stream, std::uint64_t seed, std::uint64_t stream_
 // one thread per row running hd::layernorm_row_forward.
 void layernorm_forward_canonical(cudaStream_t stream, const float* x, std::int64_t T,
                                  std::int64_t n, const float* w, const float* b, float eps,
-                                 int block, float* xhat, float* rstd, float* y);
+                                 const hd::SumRuleHD& rule, float* xhat, float* rstd, float* y);
 // The same formula with one warp per row and shuffle reductions (fast mode).
 void layernorm_forward_fast(cudaStream_t stream, const float* x, std::int64_t T, std::int64_t n,
                             const float* w, const float* b, float eps, float* xhat, float* rstd,
@@ -46,12 +46,12 @@ void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, 
                 float* m, float* v, std::int64_t n);
 
 // out[r, c] (rows x width, overwritten) = the canonical sum over tokens of row r of
-// dX[t * ld + c]: lockstep::token_row_grad's bits. offsets/positions: a TokensByRow
+// dX[t * ld + c] under rule (the token axis): lockstep::token_row_grad's bits. offsets/positions: a TokensByRow
 // (runtime/cuda/tokens_by_row.hpp) uploaded.
 void embedding_backward_canonical(cudaStream_t stream, const std::int32_t* offsets,
                                   const std::int32_t* positions, std::int64_t rows, const float* dX,
-                                  std::int64_t width, std::int64_t ld, std::int64_t T, int block,
-                                  float* out);
+                                  std::int64_t width, std::int64_t ld, std::int64_t T,
+                                  const hd::SumRuleHD& rule, float* out);
 // out = 0, then atomicAdd of every token's row of dX into its embedding row (fast mode).
 void embedding_backward_atomic(cudaStream_t stream, const std::int32_t* row_of, std::int64_t T,
                                const float* dX, std::int64_t width, std::int64_t ld,

@@ -5,7 +5,8 @@
 //   adamw_element          == one lane of lockstep::detail::adamw_lanes (optim/adamw_kernel.hpp)
 //   embedding_grad_column  == lockstep::token_row_grad (parallel/vocab_parallel.hpp) for one
 //                             (row, column)
-// Determinism contract: every reduction is the canonical csum (runtime/cuda/tree_counter.hpp);
+// Determinism contract: every reduction is the canonical csum under its SumRuleHD (block, tree,
+// token sequences; runtime/cuda/tree_counter.hpp);
 // no operation is contracted or reassociated (hd.hpp's build flags).
 #pragma once
 
@@ -19,15 +20,15 @@ namespace lockstep::hd {
 // One row of n features: mean = csum(x)/n; c = x - mean; var = csum(c*c)/n;
 // rstd = 1/sqrt(var + eps); xhat = c*rstd; y = xhat*w + b. y doubles as the c*c scratch.
 LOCKSTEP_HD inline void layernorm_row_forward(const float* x, std::int64_t n, const float* w,
-                                              const float* b, float eps, int block, float* xhat,
-                                              float* rstd, float* y) {
+                                              const float* b, float eps, const SumRuleHD& rule,
+                                              float* xhat, float* rstd, float* y) {
   const float fn = static_cast<float>(n);
-  const float m = div(csum(x, n, block), fn);
+  const float m = div(csum(x, n, rule), fn);
   for (std::int64_t k = 0; k < n; ++k) {
     xhat[k] = x[k] - m;
     y[k] = xhat[k] * xhat[k];
   }
-  const float v = div(csum(y, n, block), fn);
+  const float v = div(csum(y, n, rule), fn);
   const float rs = div(1.0f, sqrt(v + eps));
   *rstd = rs;
   for (std::int64_t k = 0; k < n; ++k) {
@@ -60,47 +61,40 @@ LOCKSTEP_HD inline void adamw_element(const AdamWScalarsHD& s, float& p, float g
 }
 
 // Gradient of one embedding row r, column c: the canonical sum over tokens t = 0 .. T-1 of
-// (row_of[t] == r ? dX[t * ld + c] : -0.0), block `block`. Only the tokens of row r are read:
-// `pos[0 .. count)` lists them in ascending order (a counting sort by row gives it); blocks
-// without one are -0.0 leaves, which this pushes as whole aligned -0.0 subtrees (x + -0.0 == x
-// exactly, so a -0.0 subtree is the identity and costs no arithmetic beyond the merges the
-// full tree would do).
+// (row_of[t] == r ? dX[t * ld + c] : -0.0) under `rule` (the token axis). Only the tokens of
+// row r are read: `pos[0 .. count)` lists them in ascending order (a counting sort by row gives
+// it); leaves without one are -0.0, which this pushes as the largest -0.0 nodes of the tree that
+// fit (x + -0.0 == x exactly, so a -0.0 node is the identity and costs no arithmetic beyond the
+// merges the full tree would do).
 LOCKSTEP_HD inline float embedding_grad_column(const std::int32_t* pos, std::int64_t count,
                                                const float* dX, std::int64_t ld, std::int64_t c,
-                                               std::int64_t T, int block) {
-  // A binary counter with explicit weights (BinaryCounter::push_subtree's merge rule).
+                                               std::int64_t T, const SumRuleHD& rule) {
+  const AxisHD axis(rule, T);
   float value[2 * kTreeLevels + 2] = {};
-  std::int64_t weight[2 * kTreeLevels + 2] = {};
   int depth = 0;
-  std::int64_t pushed = 0;  // leaves (blocks) pushed so far
-  auto push = [&](float v, std::int64_t w) {
-    while (depth > 0 && weight[depth - 1] == w) {
-      v = value[--depth] + v;
-      w *= 2;
-    }
-    value[depth] = v;
-    weight[depth++] = w;
+  std::int64_t pushed = 0;  // leaves pushed so far
+  auto push = [&](float v, std::int64_t width) {
+    for (int k = axis.merges_after_node(pushed, pushed + width); k > 0; --k) v = value[--depth] + v;
+    value[depth++] = v;
+    pushed += width;
   };
-  // Pushes -0.0 leaves until `pushed == target`, as the largest aligned subtrees that fit.
+  // Pushes -0.0 nodes until `pushed == target`, each the largest node that fits.
   auto skip_to = [&](std::int64_t target) {
-    while (pushed < target) {
-      std::int64_t w = pushed == 0 ? std::int64_t(1) << 62 : (pushed & -pushed);
-      while (pushed + w > target) w >>= 1;
-      push(kNegZero, w);
-      pushed += w;
-    }
+    while (pushed < target) push(kNegZero, axis.node_end(pushed, target, target) - pushed);
   };
-  const std::int64_t nblocks = (T + block - 1) / block;
+  // The leaf of token t: its sequence's leaves, then its block in the sequence.
+  auto leaf_of = [&](std::int64_t t) {
+    return (t / axis.seg_len) * axis.per_seg + (t % axis.seg_len) / axis.block;
+  };
   std::int64_t i = 0;
   while (i < count) {
-    const std::int64_t blk = pos[i] / block;
-    skip_to(blk);
+    const std::int64_t leaf = leaf_of(pos[i]);
+    skip_to(leaf);
     float acc = kNegZero;
-    for (; i < count && pos[i] / block == blk; ++i) acc = acc + dX[pos[i] * ld + c];
+    for (; i < count && leaf_of(pos[i]) == leaf; ++i) acc = acc + dX[pos[i] * ld + c];
     push(acc, 1);
-    ++pushed;
   }
-  skip_to(nblocks);
+  skip_to(axis.count());
   if (depth == 0) return kNegZero;
   float acc = value[depth - 1];
   for (int l = depth - 2; l >= 0; --l) acc = value[l] + acc;

@@ -1,22 +1,27 @@
 // The canonical sum of docs/design.md section 2 (runtime/csum.hpp) as host/device building blocks:
-// a block chain from -0.0 and the binary counter that combines block results by the pairwise
-// tree T. The CUDA kernels and their CPU tests use these same functions.
-// Determinism contract: TreeCounter<N> gives, for leaves pushed left to right, exactly
-// lockstep::tree_fold over them (older + newer on every merge, the rest folded from the
-// right), i.e. the bits of csum_detail::RowCounters and BinaryCounter. N values share one
-// count (a C tile, a row group), so every value follows the same merge pattern.
+// a block chain from -0.0 and the post-order counter that combines leaf results by the tree T
+// (runtime/cuda/tree_rule.hpp says how many merges follow each leaf). The CUDA kernels and
+// their CPU tests use these same functions.
+// Determinism contract: TreeCounter<N> with the tree's schedule gives, for leaves pushed left to
+// right, exactly lockstep::tree_fold over them (older + newer on every merge), i.e. the bits of
+// csum_detail::RowCounters and TreeCombiner. N values share one schedule (a C tile, a row
+// group), so every value follows the same merge pattern.
 #pragma once
 
 #include <cstdint>
 
 #include "runtime/cuda/hd.hpp"
+#include "runtime/cuda/tree_rule.hpp"
 
 namespace lockstep::hd {
 
 inline constexpr float kNegZero = -0.0f;
 
-// At most 2^kTreeLevels leaves (with reduce_block 64: 2^26 elements per reduced axis).
+// The counter's stack depth: a tree of at most 2^kMaxLeafBits leaves (with reduce_block 64: 2^23
+// elements per reduced axis) is at most kMaxLeafBits + 2 levels high (two levels of rounding up
+// when it is a tree over sequences, each a tree over blocks), plus the leaf being merged.
 inline constexpr int kTreeLevels = 20;
+inline constexpr int kMaxLeafBits = kTreeLevels - 3;
 
 template <int N>
 struct TreeCounter {
@@ -24,9 +29,9 @@ struct TreeCounter {
   std::int64_t count = 0;
   int depth = 0;
 
-  // Pushes one leaf per value. The merge pattern depends on `count` alone.
-  LOCKSTEP_HD void push(float (&leaf)[N]) {
-    for (std::int64_t c = count; c & 1; c >>= 1) {
+  // Pushes one leaf per value, then merges `merges` times (AxisHD::merges_after).
+  LOCKSTEP_HD void push(float (&leaf)[N], int merges) {
+    for (int k = 0; k < merges; ++k) {
       --depth;
       LOCKSTEP_UNROLL
       for (int e = 0; e < N; ++e) leaf[e] = level[depth][e] + leaf[e];
@@ -36,7 +41,7 @@ struct TreeCounter {
     ++depth;
     ++count;
   }
-  // T over everything pushed; -0.0 when nothing was.
+  // T over everything pushed (the root after a complete schedule); -0.0 when nothing was.
   LOCKSTEP_HD void result(float (&out)[N]) const {
     if (depth == 0) {
       LOCKSTEP_UNROLL
@@ -52,14 +57,16 @@ struct TreeCounter {
   }
 };
 
-// csum(x[0], x[stride], ... n terms) with block size `block`: lockstep::csum's bits.
-LOCKSTEP_HD inline float csum(const float* x, std::int64_t n, int block, std::int64_t stride = 1) {
+// csum(x[0], x[stride], ... n terms) under `rule`: lockstep::csum's bits.
+LOCKSTEP_HD inline float csum(const float* x, std::int64_t n, const SumRuleHD& rule,
+                              std::int64_t stride = 1) {
+  const AxisHD axis(rule, n);
   TreeCounter<1> tc;
-  for (std::int64_t lo = 0; lo < n; lo += block) {
-    const std::int64_t hi = lo + block < n ? lo + block : n;
+  for (std::int64_t l = 0; l < axis.count(); ++l) {
+    const std::int64_t lo = axis.start(l), hi = lo + axis.len(l);
     float acc[1] = {kNegZero};
     for (std::int64_t k = lo; k < hi; ++k) acc[0] = acc[0] + x[k * stride];
-    tc.push(acc);
+    tc.push(acc, axis.merges_after(l));
   }
   float out[1];
   tc.result(out);

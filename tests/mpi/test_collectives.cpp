@@ -53,7 +53,7 @@ std::vector<float> expected_tree(int P, std::uint64_t seed, std::size_t n) {
   for (int j = 0; j < P; ++j) parts.push_back(make(seed + static_cast<std::uint64_t>(j), n));
   for (auto& p : parts) ptrs.push_back(p.data());
   std::vector<float> out(n);
-  tree_sum(ptrs, static_cast<std::int64_t>(n), out.data());
+  tree_sum(TreeShape::pow2, ptrs, static_cast<std::int64_t>(n), out.data());
   return out;
 }
 

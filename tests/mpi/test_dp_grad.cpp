@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "parallel/dp_grad.hpp"
+#include "parallel/microbatch_plan.hpp"
+#include "runtime/csum.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
 #include "tests/support/test_data.hpp"
@@ -20,34 +22,37 @@ TEST_CASE("microbatch counter + DP tree == single-process csum over the global b
   const Communicator world = Communicator::world();
   const int dp = world.size(), r = world.rank();
   const int B = 16, ctx = 32, G = 16, len = 77;  // 16 sequences of 32 tokens; 77 grad values
-  const KernelCtx kctx{Isa::scalar, 1, B};
   // Per-token gradient contributions: tokens x len, the same logical data on every rank.
   const auto contrib = mixed_floats(static_cast<std::size_t>(G) * ctx * len, 2024);
-  std::vector<float> single(len);
-  csum_rows(kctx, contrib.data(), G * ctx, len, len, single.data());
-
-  for (int mb : {1, 2, 4}) {
-    GradReducer red(len, Determinism::invariant);
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+  for (int mb : {1, 2, 3, 4}) {
     const int seqs = G / dp;
-    for (int s = 0; s < seqs; s += mb) {
+    if (tree == TreeShape::pow2 && seqs % mb != 0) continue;  // pow2: equal microbatches only
+    if (mb > seqs) continue;
+    const KernelCtx kctx = KernelCtx{Isa::scalar, 1, B, tree}.over_sequences(ctx);
+    std::vector<float> single(len);
+    csum_rows(kctx, contrib.data(), G * ctx, len, len, single.data());
+    const MicrobatchPlan plan = plan_microbatches(tree, seqs, mb);
+    GradReducer red(len, Determinism::invariant, tree, plan.leaves);
+    for (const Microbatch& m : plan.passes) {
       std::vector<float> sub(len);
-      const float* first = contrib.data() + static_cast<std::size_t>(r * seqs + s) * ctx * len;
-      csum_rows(kctx, first, mb * ctx, len, len, sub.data());
-      red.push_microbatch(sub.data());
+      const float* first = contrib.data() + static_cast<std::size_t>(r * seqs + m.first) * ctx * len;
+      csum_rows(kctx, first, m.count * ctx, len, len, sub.data());
+      red.push_microbatch(sub.data(), m.width);
     }
     std::vector<float> out(len);
     red.allreduce(world, out);
-    INFO("dp=" << dp << " microbatch=" << mb);
+    INFO("dp=" << dp << " microbatch=" << mb << " tree=" << enum_name(tree));
     CHECK(same_bits(out.data(), single.data(), len));
 
     // Reduce-scatter over a padded buffer gives this rank's segment of the same bits.
     const int padded = (len + dp - 1) / dp * dp;
-    GradReducer red2(padded, Determinism::invariant);
-    for (int s = 0; s < seqs; s += mb) {
+    GradReducer red2(padded, Determinism::invariant, tree, plan.leaves);
+    for (const Microbatch& m : plan.passes) {
       std::vector<float> sub(padded, -0.0f);
-      const float* first = contrib.data() + static_cast<std::size_t>(r * seqs + s) * ctx * len;
-      csum_rows(kctx, first, mb * ctx, len, len, sub.data());
-      red2.push_microbatch(sub.data());
+      const float* first = contrib.data() + static_cast<std::size_t>(r * seqs + m.first) * ctx * len;
+      csum_rows(kctx, first, m.count * ctx, len, len, sub.data());
+      red2.push_microbatch(sub.data(), m.width);
     }
     std::vector<float> seg(padded / dp);
     red2.reduce_scatter(world, seg);
@@ -57,7 +62,7 @@ TEST_CASE("microbatch counter + DP tree == single-process csum over the global b
 }
 
 TEST_CASE("GradReducer refuses a reduction with no microbatch") {
-  GradReducer red(4, Determinism::invariant);
+  GradReducer red(4, Determinism::invariant, TreeShape::pow2, 1);
   std::vector<float> out(4);
   REQUIRE_THROWS_AS(red.allreduce(Communicator::world(), out), Error);
 }
@@ -74,7 +79,7 @@ TEST_CASE("deferred pushes give the bits of copying pushes, also reduced in plac
       for (int m = 0; m < n_mb; ++m)
         leaves.push_back(mixed_floats(static_cast<std::size_t>(len), 500 + 10 * r + m));
       INFO("dp=" << dp << " microbatches=" << n_mb << " mode=" << static_cast<int>(mode));
-      GradReducer copying(len, mode), deferred(len, mode);
+      GradReducer copying(len, mode, TreeShape::pow2, n_mb), deferred(len, mode, TreeShape::pow2, n_mb);
       for (const auto& l : leaves) copying.push_microbatch(l.data());
       std::vector<float> want(len), got(len);
       copying.allreduce(world, want);

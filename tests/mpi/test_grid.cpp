@@ -139,7 +139,7 @@ TEST_CASE("non-power-of-two groups: identical bits on every rank, reported not i
       ptrs.push_back(parts[j].data());
     }
     std::vector<float> want(n);
-    tree_sum(ptrs, static_cast<std::int64_t>(n), want.data());
+    tree_sum(TreeShape::pow2, ptrs, static_cast<std::int64_t>(n), want.data());
     auto got = parts[static_cast<std::size_t>(sr)];
     tree_allreduce(sub, got);
     INFO("group of " << P << ", n=" << n);
@@ -157,7 +157,7 @@ TEST_CASE("non-power-of-two groups: identical bits on every rank, reported not i
       rsp.push_back(rs[j].data());
     }
     std::vector<float> rs_want(n);
-    tree_sum(rsp, static_cast<std::int64_t>(n), rs_want.data());
+    tree_sum(TreeShape::pow2, rsp, static_cast<std::int64_t>(n), rs_want.data());
     CHECK(std::memcmp(mine.data(), rs_want.data(), n * sizeof(float)) == 0);
   }
 }

@@ -53,7 +53,7 @@ TEST_CASE("dp.reduce: recorded without changing bits; perturbed = chain over all
   const std::size_t len = 1024;  // a multiple of 1, 2, 4 (reduce-scatter)
 
   auto reduce = [&](OpObserver* obs, bool scatter) {
-    GradReducer red(static_cast<std::int64_t>(len), Determinism::invariant);
+    GradReducer red(static_cast<std::int64_t>(len), Determinism::invariant, TreeShape::pow2, kLeaves);
     red.set_observer(obs);
     red.reset();
     for (int m = 0; m < kLeaves; ++m) red.push_microbatch(leaf(r, m, len).data());
@@ -108,7 +108,7 @@ TEST_CASE("dp.reduce perturbation refuses a group with fewer than 4 leaves") {
   if (world.size() != 1) return;  // every rank takes the same branch
   Recorder pert;
   pert.perturb_op = "dp.reduce";
-  GradReducer red(8, Determinism::invariant);
+  GradReducer red(8, Determinism::invariant, TreeShape::pow2, 3);
   red.set_observer(&pert);
   const std::vector<float> x(8, 1.0f);
   for (int m = 0; m < 3; ++m) red.push_microbatch(x.data());

@@ -43,7 +43,7 @@ void softmax_literal(std::vector<float>& S, std::int64_t C, std::int64_t r0, std
     float m = s[0];
     for (std::int64_t j = 1; j < n; ++j) m = s[j] > m ? s[j] : m;
     for (std::int64_t j = 0; j < n; ++j) s[j] = math::ls_exp(s[j] - m);
-    const float sum = csum(s, n, B);
+    const float sum = csum(s, n, SumRule{B});
     for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] / sum;
     for (std::int64_t j = n; j < C; ++j) s[j] = 0.0f;
   }
@@ -55,7 +55,7 @@ void softmax_backward_literal(const std::vector<float>& P, std::vector<float>& G
     const float* p = P.data() + i * C;
     float* g = G.data() + i * C;
     const std::int64_t n = i + 1;
-    const float dot = cdot(p, g, n, B);
+    const float dot = cdot(p, g, n, SumRule{B});
     for (std::int64_t j = 0; j < n; ++j) g[j] = (p[j] * (g[j] - dot)) * scale;
     for (std::int64_t j = n; j < C; ++j) g[j] = 0.0f;
   }

@@ -115,7 +115,7 @@ TEST_CASE("bad configs: one clear line per problem") {
       {"parallel.tp=3", 3, "model.heads = 4 is not divisible by parallel.tp = 3"},
       {"parallel.tp=2", 3, "ranks = 3 is not a multiple of parallel.tp = 2"},
       {"model.ffn=501", 2, "model.ffn = 501 is not divisible by parallel.tp = 2"},
-      {"data.global_batch=6", 4, "data.global_batch = 6 is not divisible by dp x microbatch"},
+      {"data.global_batch=6", 4, "data.global_batch = 6 is not divisible by dp = 4"},
       {"parallel.microbatch=0", 1, "parallel.microbatch = 0 must be >= 1"},
       {"model.heads=3", 1, "model.d_model = 128 is not divisible by model.heads = 3"},
       {"model.dropout=1.5", 1, "model.dropout must be in [0, 1)"},
@@ -165,6 +165,65 @@ TEST_CASE("guarantees: which layouts keep G3 and why not") {
   REQUIRE_FALSE(holds(c, 2, "G3"));
   c.run.determinism = Determinism::fast;
   REQUIRE_FALSE(holds(c, 1, "G1"));
+}
+
+TEST_CASE("numerics.tree: halving keeps G3 on GPT-2's shapes where pow2 loses it, and says why") {
+  auto g3 = [](const Config& c, int ranks) {
+    for (const auto& g : guarantees(c, ranks).levels)
+      if (g.level == "G3") return g;
+    return Guarantee{};
+  };
+  Config g;
+  load_toml_file(g, preset("gpt2-small.toml"));
+  REQUIRE(g.numerics.tree == TreeShape::halving);  // the default contract
+  // TP 2 (d_model / 2 = 6 blocks), DP 2 and DP 4 (6 and 3 sequences per rank), TP 2 x DP 2,
+  // microbatch 1..4 (split at the nodes): all G3 under halving.
+  for (auto [tp, ranks] : {std::pair{1, 1}, {2, 2}, {1, 2}, {1, 4}, {2, 4}})
+    for (int mb : {1, 2, 3}) {
+      g.parallel.tp = tp;
+      g.parallel.microbatch = mb;
+      INFO("tp=" << tp << " ranks=" << ranks << " mb=" << mb);
+      REQUIRE(config_problems(g, ranks).empty());
+      REQUIRE(g3(g, ranks).holds);
+    }
+  // TP 4: the 50304-row vocab is 196.5 blocks per rank; padding to a multiple of 256 fixes it.
+  g.parallel.tp = 4;
+  g.parallel.microbatch = 1;
+  REQUIRE_FALSE(g3(g, 4).holds);
+  REQUIRE(g3(g, 4).why.find("a padded vocab (model.vocab_pad_to) of 50176 or 50432") !=
+          std::string::npos);
+  apply_override(g, "model.vocab_pad_to=256");
+  REQUIRE(g3(g, 4).holds);
+  apply_override(g, "model.vocab_pad_to=128");
+  // pow2: TP 2 loses G3 naming the axis, the block count and the sizes that keep it.
+  apply_override(g, "numerics.tree=pow2");
+  g.parallel.tp = 2;
+  g.parallel.microbatch = 1;
+  REQUIRE_FALSE(g3(g, 2).holds);
+  const std::string why = g3(g, 2).why;
+  INFO(why);
+  REQUIRE(why.find("model.d_model / tp) = 384 is not a power-of-two number of blocks of 64; "
+                   "model.d_model 512 or 1024 would keep G3") != std::string::npos);
+  // pow2 needs equal microbatches; halving takes any size up to the rank's sequences.
+  g.parallel.tp = 1;
+  g.parallel.microbatch = 5;
+  REQUIRE_FALSE(config_problems(g, 1).empty());
+  apply_override(g, "numerics.tree=halving");
+  REQUIRE(config_problems(g, 1).empty());
+  g.parallel.microbatch = 13;
+  REQUIRE_FALSE(config_problems(g, 1).empty());
+  // halving: a shard that is not whole blocks names the nearby sizes.
+  Config c = tiny();
+  apply_override(c, "model.ffn=1600");
+  apply_override(c, "numerics.reduce_block=64");
+  c.parallel.tp = 4;
+  c.model.d_model = 256;
+  const std::string w = g3(c, 4).why;
+  INFO(w);
+  REQUIRE(w.find("(model.ffn / tp) = 400 is not a whole number of blocks of 64; model.ffn 1536 "
+                 "or 1792 would keep G3") != std::string::npos);
+  // the tree is part of config.toml
+  REQUIRE(to_toml(c).find("tree = \"halving\"") != std::string::npos);
 }
 
 TEST_CASE("malformed checkpoint, verify and fault-injection keys are refused") {

@@ -118,7 +118,8 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
       cuda::DeviceBuffer<float> dC(want.size(), "C");
       cuda::gemm_canonical(s.get(), c.ta, c.tb, c.M, c.N, c.K, dA.data(),
                            std::max<std::int64_t>(lda, 1), dB.data(),
-                           std::max<std::int64_t>(ldb, 1), dC.data(), c.N, c.block);
+                           std::max<std::int64_t>(ldb, 1), dC.data(), c.N,
+                           hd_rule(KernelCtx::best(1, c.block).rule()));
       CHECK(same_bits(to_host(dC, s), want));
     }
   }
@@ -133,8 +134,9 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
                       rs.data(), y.data());
     auto dx = to_device(x, s, "x"), dw = to_device(w, s, "w"), db = to_device(b, s, "b");
     cuda::DeviceBuffer<float> dxh(x.size(), "xhat"), drs(std::size_t(T), "rstd"), dy(x.size(), "y");
-    cuda::layernorm_forward_canonical(s.get(), dx.data(), T, n, dw.data(), db.data(), 1e-5f, 64,
-                                      dxh.data(), drs.data(), dy.data());
+    cuda::layernorm_forward_canonical(s.get(), dx.data(), T, n, dw.data(), db.data(), 1e-5f,
+                                      hd_rule(KernelCtx::best().rule()), dxh.data(), drs.data(),
+                                      dy.data());
     CHECK(same_bits(to_host(dxh, s), xh));
     CHECK(same_bits(to_host(drs, s), rs));
     CHECK(same_bits(to_host(dy, s), y));
@@ -181,7 +183,7 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
     auto drow = to_device(row_of, s, "row_of");
     cuda::DeviceBuffer<float> dout(want.size(), "dE");
     cuda::embedding_backward_canonical(s.get(), doff.data(), dpos.data(), rows, ddx.data(), width,
-                                       width, T, 64, dout.data());
+                                       width, T, hd_rule(SumRule{64}), dout.data());
     CHECK(same_bits(to_host(dout, s), want));
     cuda::embedding_backward_atomic(s.get(), drow.data(), T, ddx.data(), width, width, 0, rows,
                                     dout.data());
@@ -238,7 +240,7 @@ TEST_CASE("bench: canonical GEMM vs cuBLAS on the GPU", "[.bench]") {
     };
     const double canon = time([&] {
       cuda::gemm_canonical(s.get(), Trans::N, Trans::N, M, N, K, dA.data(), K, dB.data(), N,
-                           dC.data(), N, 64);
+                           dC.data(), N, hd_rule(SumRule{64}));
     });
     cuda::Cublas det(Determinism::deterministic, s), fast(Determinism::fast, s);
     const double tdet = time(

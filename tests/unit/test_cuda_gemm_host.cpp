@@ -44,8 +44,11 @@ TEST_CASE("CUDA canonical GEMM body == lockstep::gemm canonical bit for bit", "[
       {19, 5, 777, Trans::T, Trans::N, 32, 5},
   };
   std::uint64_t seed = 1;
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+  for (std::int64_t seq : {0, 3, 100})
   for (const Case& c : cases) {
-    INFO("M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << int(c.ta) << " tb=" << int(c.tb)
+    if (seq > 0 && (tree == TreeShape::pow2 || c.K % seq != 0)) continue;  // token axis: halving
+    INFO("tree=" << enum_name(tree) << " seq=" << seq << " M=" << c.M << " N=" << c.N << " K=" << c.K << " ta=" << int(c.ta) << " tb=" << int(c.tb)
               << " block=" << c.block << " pad=" << c.pad);
     const std::int64_t a_rows = c.ta == Trans::N ? c.M : c.K, a_cols = c.ta == Trans::N ? c.K : c.M;
     const std::int64_t b_rows = c.tb == Trans::N ? c.K : c.N, b_cols = c.tb == Trans::N ? c.N : c.K;
@@ -60,7 +63,8 @@ TEST_CASE("CUDA canonical GEMM body == lockstep::gemm canonical bit for bit", "[
     std::vector<float> want(csize, 42.0f), ref(csize, 42.0f), got44(csize, 42.0f),
         got11(csize, 42.0f), got35(csize, 42.0f);
     for (Isa isa : supported_isas()) {
-      const KernelCtx ctx{isa, 2, c.block};
+      KernelCtx ctx{isa, 2, c.block, tree};
+      ctx.sequence = seq;
       gemm(ctx, GemmImpl::canonical, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb,
            want.data(), ldc);
       gemm(ctx, GemmImpl::reference, c.ta, c.tb, c.M, c.N, c.K, A.data(), lda, B.data(), ldb,
@@ -78,7 +82,7 @@ TEST_CASE("CUDA canonical GEMM body == lockstep::gemm canonical bit for bit", "[
                            c.tb == Trans::N ? 1 : ldb,
                            got44.data(),
                            ldc,
-                           c.block};
+                           hd_rule(SumRule{c.block, tree, seq})};
     emulate<4, 4>(g44);
     hd::GemmView g11 = g44;
     g11.C = got11.data();
@@ -102,7 +106,8 @@ TEST_CASE("the GEMM comparison can fail: canonical differs from one long chain",
   const auto A = testing::mixed_floats(std::size_t(M * K), 91);
   const auto B = testing::mixed_floats(std::size_t(K * N), 92);
   std::vector<float> canon(std::size_t(M * N)), chain(std::size_t(M * N));
-  const hd::GemmView g{M, N, K, A.data(), K, 1, B.data(), N, 1, canon.data(), N, 64};
+  const hd::GemmView g{M, N, K, A.data(), K, 1, B.data(), N, 1, canon.data(), N,
+                       hd_rule(SumRule{64})};
   emulate<4, 4>(g);
   gemm(KernelCtx{Isa::scalar, 1, 64}, GemmImpl::chain, Trans::N, Trans::N, M, N, K, A.data(), K,
        B.data(), N, chain.data(), N);

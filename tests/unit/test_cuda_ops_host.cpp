@@ -19,9 +19,10 @@ using namespace lockstep;
 using lockstep::testing::same_bits;
 
 TEST_CASE("CUDA LayerNorm row body == layernorm_forward bit for bit", "[cuda][ops]") {
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
   for (std::int64_t n : {1, 7, 64, 65, 200, 768}) {
     for (int block : {1, 16, 64}) {
-      INFO("n=" << n << " block=" << block);
+      INFO("tree=" << enum_name(tree) << " n=" << n << " block=" << block);
       const std::int64_t T = 11;  // not a multiple of the CPU's 8-row groups
       auto x = testing::mixed_floats(std::size_t(T * n), std::uint64_t(n * 100 + block));
       for (std::int64_t t = 0; t < T; ++t) x[std::size_t(t * n)] += float(t);  // shift the means
@@ -29,11 +30,12 @@ TEST_CASE("CUDA LayerNorm row body == layernorm_forward bit for bit", "[cuda][op
       const auto b = testing::mixed_floats(std::size_t(n), 6);
       std::vector<float> xh(std::size_t(T * n)), rs(static_cast<std::size_t>(T)),
           y(std::size_t(T * n));
-      layernorm_forward(KernelCtx{best_isa(), 2, block}, x.data(), T, n, w.data(), b.data(), 1e-5f,
+      layernorm_forward(KernelCtx{best_isa(), 2, block, tree}, x.data(), T, n, w.data(), b.data(), 1e-5f,
                         xh.data(), rs.data(), y.data());
       std::vector<float> xh2(xh.size()), rs2(rs.size()), y2(y.size());
       for (std::int64_t t = 0; t < T; ++t)
-        hd::layernorm_row_forward(x.data() + t * n, n, w.data(), b.data(), 1e-5f, block,
+        hd::layernorm_row_forward(x.data() + t * n, n, w.data(), b.data(), 1e-5f,
+                                  hd_rule(SumRule{block, tree}),
                                   xh2.data() + t * n, rs2.data() + t, y2.data() + t * n);
       CHECK(same_bits(xh, xh2));
       CHECK(same_bits(rs, rs2));
@@ -71,9 +73,12 @@ TEST_CASE("CUDA embedding-gradient body == token_row_grad bit for bit", "[cuda][
     std::int64_t T, rows, row_lo;
     int block;
   };
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+  for (std::int64_t seq : {0, 100})
   for (const Case& c : {Case{300, 40, 0, 7}, Case{300, 5000, 100, 7}, Case{1000, 257, 3, 64},
                         Case{64, 3, 0, 64}, Case{0, 4, 0, 64}, Case{129, 1, 0, 1}}) {
-    INFO("T=" << c.T << " rows=" << c.rows << " row_lo=" << c.row_lo << " block=" << c.block);
+    if (seq > 0 && (tree == TreeShape::pow2 || c.T % seq != 0)) continue;
+    INFO("tree=" << enum_name(tree) << " seq=" << seq << " T=" << c.T << " rows=" << c.rows << " row_lo=" << c.row_lo << " block=" << c.block);
     const std::int64_t width = 9, ld = 11;
     std::vector<std::int32_t> row_of(std::size_t(c.T));
     std::uint64_t s = std::uint64_t(c.T * 7 + c.rows);
@@ -85,7 +90,9 @@ TEST_CASE("CUDA embedding-gradient body == token_row_grad bit for bit", "[cuda][
     }
     const auto dX = testing::mixed_floats(std::size_t(std::max<std::int64_t>(1, c.T * ld)), 17);
     std::vector<float> want(std::size_t(c.rows * width)), got(want.size());
-    token_row_grad(KernelCtx{best_isa(), 2, c.block}, row_of.data(), c.T, dX.data(), width, ld,
+    KernelCtx ctx{best_isa(), 2, c.block, tree};
+    ctx.sequence = seq;
+    token_row_grad(ctx, row_of.data(), c.T, dX.data(), width, ld,
                    c.row_lo, c.rows, want.data());
     const cuda::TokensByRow g = cuda::group_tokens_by_row(row_of.data(), c.T, c.row_lo, c.rows);
     for (std::int64_t r = 0; r < c.rows; ++r)
@@ -93,7 +100,7 @@ TEST_CASE("CUDA embedding-gradient body == token_row_grad bit for bit", "[cuda][
         got[std::size_t(r * width + col)] =
             hd::embedding_grad_column(g.positions.data() + g.offsets[std::size_t(r)],
                                       g.offsets[std::size_t(r + 1)] - g.offsets[std::size_t(r)],
-                                      dX.data(), ld, col, c.T, c.block);
+                                      dX.data(), ld, col, c.T, hd_rule(ctx.rule()));
     CHECK(same_bits(want, got));
   }
 }

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <string>
 #include <vector>
@@ -243,7 +244,7 @@ TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA pat
   }
 }
 
-TEST_CASE("K split into aligned shards of 2^q blocks + tree_sum equals the unsplit GEMM") {
+TEST_CASE("pow2: K split into aligned shards of 2^q blocks + tree_sum equals the unsplit GEMM") {
   std::uint64_t s = 99;
   for (int B : {16, 64}) {
     for (int shards : {2, 4, 8}) {
@@ -257,7 +258,7 @@ TEST_CASE("K split into aligned shards of 2^q blocks + tree_sum equals the unspl
           const std::int64_t M = 19, N = 45;
           const Problem p = make_problem(ta, tb, M, N, K, 2, splitmix64(s), Fill::wide);
           for (Isa isa : supported_isas()) {
-            const KernelCtx ctx{isa, 2, B};
+            const KernelCtx ctx{isa, 2, B, TreeShape::pow2};
             const auto whole = compact(run(ctx, GemmImpl::canonical, p), M, N, p.ldc);
             std::vector<std::vector<float>> parts(static_cast<std::size_t>(shards),
                                                   std::vector<float>(M * N));
@@ -271,12 +272,138 @@ TEST_CASE("K split into aligned shards of 2^q blocks + tree_sum equals the unspl
               ptrs.push_back(parts[sh].data());
             }
             std::vector<float> combined(M * N);
-            tree_sum(ptrs, M * N, combined.data());
+            tree_sum(ctx.tree, ptrs, M * N, combined.data());
             INFO("isa=" << isa_name(isa) << " B=" << B << " shards=" << shards << " q=" << q
                         << " K=" << K << " " << tname(ta) << tname(tb));
             REQUIRE(same_bits(combined, whole));
           }
         }
+      }
+    }
+  }
+}
+
+namespace {
+// The canonical GEMM element written from the contract's text, for both trees and a token axis
+// of sequences (no code shared with runtime/: the split and the leaves are spelled out here).
+float literal_dot(const Problem& p, std::int64_t i, std::int64_t j, int B, TreeShape shape,
+                  std::int64_t seq) {
+  auto split = [&](std::int64_t n) {
+    if (shape == TreeShape::halving) return n - n / 2;
+    std::int64_t q = 1;
+    while (2 * q < n) q *= 2;
+    return q;
+  };
+  std::function<float(const std::vector<float>&, std::int64_t, std::int64_t)> tree =
+      [&](const std::vector<float>& v, std::int64_t lo, std::int64_t hi) -> float {
+    if (hi - lo == 1) return v[lo];
+    const std::int64_t mid = lo + split(hi - lo);
+    return tree(v, lo, mid) + tree(v, mid, hi);
+  };
+  auto leaves_of = [&](std::int64_t lo, std::int64_t hi) {
+    std::vector<float> out;
+    for (std::int64_t b = lo; b < hi; b += B) {
+      float acc = -0.0f;
+      for (std::int64_t k = b; k < std::min(hi, b + B); ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
+      out.push_back(acc);
+    }
+    return out;
+  };
+  if (p.K == 0) return -0.0f;
+  if (seq == 0) {
+    const auto v = leaves_of(0, p.K);
+    return tree(v, 0, static_cast<std::int64_t>(v.size()));
+  }
+  std::vector<float> per_seq;
+  for (std::int64_t s0 = 0; s0 < p.K; s0 += seq) {
+    const auto v = leaves_of(s0, s0 + seq);
+    per_seq.push_back(tree(v, 0, static_cast<std::int64_t>(v.size())));
+  }
+  return tree(per_seq, 0, static_cast<std::int64_t>(per_seq.size()));
+}
+}  // namespace
+
+TEST_CASE("the reference GEMM equals an independent literal of both trees, flat and over sequences") {
+  std::uint64_t s = 11;
+  for (TreeShape shape : {TreeShape::pow2, TreeShape::halving})
+    for (auto [B, K, seq] : {std::tuple<int, int, int>{64, 768, 0}, {64, 337, 0}, {16, 80, 0},
+                             {64, 1152, 96}, {64, 600, 100}, {16, 384, 64}, {7, 300, 50}}) {
+      if (shape == TreeShape::pow2 && seq > 0) continue;  // pow2's token axis is flat
+      const Problem p = make_problem(kTrans[splitmix64(s) % 2], kTrans[splitmix64(s) % 2], 5, 7, K,
+                                     1, splitmix64(s), Fill::wide);
+      KernelCtx ctx{Isa::scalar, 1, B, shape};
+      ctx.sequence = seq;
+      const auto ref = run(ctx, GemmImpl::reference, p);
+      for (std::int64_t i = 0; i < p.M; ++i)
+        for (std::int64_t j = 0; j < p.N; ++j) {
+          INFO("tree=" << enum_name(shape) << " B=" << B << " K=" << K << " seq=" << seq);
+          REQUIRE(bits(ref[i * p.ldc + j]) == bits(literal_dot(p, i, j, B, shape, seq)));
+        }
+    }
+}
+
+TEST_CASE("canonical GEMM equals the reference for both trees and token axes, any ISA/threads/tiling") {
+  TuningGuard guard;
+  std::uint64_t s = 21;
+  for (TreeShape shape : {TreeShape::pow2, TreeShape::halving})
+    for (auto [B, K, seq] : {std::tuple<int, int, int>{64, 768, 0}, {64, 3072, 0}, {64, 401, 0},
+                             {16, 336, 0}, {64, 1152, 96}, {64, 1200, 100}, {64, 768, 128},
+                             {16, 240, 48}, {64, 3 * 64, 64}}) {
+      if (shape == TreeShape::pow2 && seq > 0) continue;
+      const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+      const Problem p = make_problem(ta, tb, 37, 45, K, 2, splitmix64(s), Fill::wide);
+      KernelCtx ref_ctx{Isa::scalar, 1, B, shape};
+      ref_ctx.sequence = seq;
+      set_gemm_tuning(GemmTuning{});
+      const auto ref = compact(run(ref_ctx, GemmImpl::reference, p), p.M, p.N, p.ldc);
+      for (Isa isa : supported_isas())
+        for (int threads : {1, 2})
+          for (int kc : {16, 64, 256, 1000}) {
+            GemmTuning t;
+            t.kc_target = kc;
+            set_gemm_tuning(t);
+            KernelCtx ctx{isa, threads, B, shape};
+            ctx.sequence = seq;
+            INFO("tree=" << enum_name(shape) << " isa=" << isa_name(isa) << " threads=" << threads
+                         << " kc=" << kc << " B=" << B << " K=" << K << " seq=" << seq << " "
+                         << tname(ta) << tname(tb));
+            REQUIRE(same_bits(compact(run(ctx, GemmImpl::canonical, p), p.M, p.N, p.ldc), ref));
+          }
+    }
+}
+
+TEST_CASE("halving: K split into 2^j equal shards (non-power-of-two blocks) equals the unsplit GEMM") {
+  std::uint64_t s = 31;
+  for (auto [B, blocks, seq] : {std::tuple<int, int, int>{64, 12, 0}, {64, 24, 0}, {16, 6, 0},
+                                {64, 48, 0}, {64, 12, 192}, {64, 12, 96}}) {
+    // seq > 0: K is blocks * B tokens, sequences of seq tokens (3 or 1.5 blocks each)
+    const std::int64_t K = static_cast<std::int64_t>(blocks) * B - (seq == 0 ? 9 : 0);
+    for (int shards : {2, 4}) {
+      if (blocks % shards != 0) continue;  // 2^j equal shards of whole blocks
+      const std::int64_t per = (static_cast<std::int64_t>(blocks) * B) / shards;
+      if (seq > 0 && per % seq != 0) continue;  // shards are whole sequences
+      const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+      const std::int64_t M = 19, N = 45;
+      const Problem p = make_problem(ta, tb, M, N, K, 2, splitmix64(s), Fill::wide);
+      for (Isa isa : supported_isas()) {
+        KernelCtx ctx{isa, 2, B, TreeShape::halving};
+        ctx.sequence = seq;
+        const auto whole = compact(run(ctx, GemmImpl::canonical, p), M, N, p.ldc);
+        std::vector<std::vector<float>> parts(static_cast<std::size_t>(shards),
+                                              std::vector<float>(M * N));
+        std::vector<const float*> ptrs;
+        for (int sh = 0; sh < shards; ++sh) {
+          const std::int64_t k0 = sh * per, kl = std::min(per, K - k0);
+          const float* A = p.A.data() + (p.ta == Trans::N ? k0 : k0 * p.lda);
+          const float* Bp = p.B.data() + (p.tb == Trans::N ? k0 * p.ldb : k0);
+          gemm(ctx, GemmImpl::canonical, ta, tb, M, N, kl, A, p.lda, Bp, p.ldb, parts[sh].data(), N);
+          ptrs.push_back(parts[sh].data());
+        }
+        std::vector<float> combined(M * N);
+        tree_sum(TreeShape::halving, ptrs, M * N, combined.data());
+        INFO("isa=" << isa_name(isa) << " B=" << B << " blocks=" << blocks << " seq=" << seq
+                    << " shards=" << shards);
+        REQUIRE(same_bits(combined, whole));
       }
     }
   }

@@ -89,14 +89,14 @@ TEST_CASE("token_row_grad equals the literal masked dense csum over tokens") {
         for (std::int64_t e = 0; e < width; ++e) {
           for (std::int64_t t = 0; t < T; ++t)
             col[t] = row_of[t] == row_lo + r ? dx[t * width + e] : -0.0f;
-          const float want = csum(col.data(), T, B);
+          const float want = csum(col.data(), T, SumRule{B});
           CHECK(std::memcmp(&want, &out[r * width + e], 4) == 0);
         }
     }
   }
 }
 
-TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by BinaryCounter (bitwise)") {
+TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by the tree (bitwise)") {
   for (float dropout : {0.0f, 0.1f}) {
     const ModelConfig cfg = tiny_model_config(dropout, true);
     const KernelCtx ctx = KernelCtx::best(1, 16);
@@ -109,21 +109,21 @@ TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by BinaryCounter
 
     Gpt part(cfg, nullptr, Determinism::invariant, ctx);
     part.init(3);
-    const std::int64_t blocks = cfg.context / ctx.reduce_block;  // leaves per microbatch
-    BinaryCounter loss_counter(1);
-    std::vector<std::vector<BinaryCounter>> counters;
+    // halving (the context's tree): the 4 sequences are the leaves of the tree over tokens
+    TreeCombiner loss_counter(1, ctx.tree, 4);
+    std::vector<std::vector<TreeCombiner>> counters;
     for (const auto& terms : part.grads()) {
       counters.emplace_back();
-      for (const Tensor& g : terms) counters.back().emplace_back(g.numel());
+      for (const Tensor& g : terms) counters.back().emplace_back(g.numel(), ctx.tree, 4);
     }
     for (std::int64_t m = 0; m < 4; ++m) {
       const std::int64_t off = m * cfg.context;
       const float l = part.forward_backward(b.tokens.data() + off, b.labels.data() + off,
                                             b.seq_ids.data() + m, 1, 2, scale);
-      loss_counter.push_subtree(&l, blocks);
+      loss_counter.push(&l);
       for (std::size_t i = 0; i < counters.size(); ++i)
         for (std::size_t k = 0; k < counters[i].size(); ++k)
-          counters[i][k].push_subtree(part.grads()[i][k].data<float>(), blocks);
+          counters[i][k].push(part.grads()[i][k].data<float>());
     }
     float loss_merged;
     loss_counter.result(&loss_merged);

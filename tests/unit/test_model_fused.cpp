@@ -160,12 +160,12 @@ void layernorm_forward_literal(int B, const float* x, std::int64_t T, std::int64
   std::vector<float> c(static_cast<std::size_t>(n)), cc(static_cast<std::size_t>(n));
   for (std::int64_t t = 0; t < T; ++t) {
     const float* xr = x + t * n;
-    const float m = csum(xr, n, B) / fn;
+    const float m = csum(xr, n, SumRule{B}) / fn;
     for (std::int64_t k = 0; k < n; ++k) {
       c[k] = xr[k] - m;
       cc[k] = c[k] * c[k];
     }
-    const float v = csum(cc.data(), n, B) / fn;
+    const float v = csum(cc.data(), n, SumRule{B}) / fn;
     const float rs = 1.0f / std::sqrt(v + eps);
     rstd[t] = rs;
     for (std::int64_t k = 0; k < n; ++k) {
@@ -181,8 +181,8 @@ void layernorm_backward_literal(int B, const float* dy, const float* xhat, const
   std::vector<float> prod(static_cast<std::size_t>(T * n));
   for (std::int64_t e = 0; e < T * n; ++e) prod[e] = dy[e] * xhat[e];
   for (std::int64_t j = 0; j < n; ++j) {
-    dw[j] = csum(prod.data() + j, T, B, n);
-    db[j] = csum(dy + j, T, B, n);
+    dw[j] = csum(prod.data() + j, T, SumRule{B}, n);
+    db[j] = csum(dy + j, T, SumRule{B}, n);
   }
   const float fn = static_cast<float>(n);
   std::vector<float> g(static_cast<std::size_t>(n)), gx(static_cast<std::size_t>(n));
@@ -191,7 +191,7 @@ void layernorm_backward_literal(int B, const float* dy, const float* xhat, const
       g[k] = dy[t * n + k] * w[k];
       gx[k] = g[k] * xhat[t * n + k];
     }
-    const float c1 = csum(g.data(), n, B) / fn, c2 = csum(gx.data(), n, B) / fn;
+    const float c1 = csum(g.data(), n, SumRule{B}) / fn, c2 = csum(gx.data(), n, SumRule{B}) / fn;
     for (std::int64_t k = 0; k < n; ++k) {
       const float d = (g[k] - (xhat[t * n + k] * c2 + c1)) * rstd[t];
       dx_out[t * n + k] = accumulate ? dx_out[t * n + k] + d : d;
