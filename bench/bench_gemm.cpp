@@ -1,6 +1,10 @@
 // bench_gemm: GFLOP/s of the canonical, chain, eigen and openblas GEMMs on the model shapes.
+// "canonical" runs the halving tree (contract v2), "canonical-pow2" the pow2 tree (v1); the
+// two trees are one tree on power-of-two block counts, so compare them where K is 12, 48 or
+// 192 blocks (the gpt2 shapes). Token-axis shapes (weight gradients over whole sequences)
+// carry "seq" (the sequence length the halving tree restarts its leaves at).
 // Prints one JSON object per line:
-//   {"bench":"gemm","impl","m","n","k","ta","tb","threads","isa","block","reps","gflops",
+//   {"bench":"gemm","impl","tree","seq","m","n","k","ta","tb","threads","isa","block","reps","gflops",
 //    "gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
 // gflops is the median over --reps trials (gflops_min/max its spread); each trial times
 // back-to-back calls for at least --min-time seconds. Impls are interleaved per trial, so
@@ -35,7 +39,19 @@ struct GemmShape {
   std::string name;
   std::int64_t m, n, k;
   Trans ta, tb;
+  std::int64_t seq = 0;  // > 0: K is tokens, sequences of this many
 };
+
+// A GEMM implementation and the tree its canonical form runs.
+struct BenchImpl {
+  std::string name;
+  GemmImpl impl;
+  TreeShape tree;
+};
+BenchImpl parse_bench_impl(const std::string& name) {
+  if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
+  return {name, parse_gemm_impl(name), TreeShape::halving};
+}
 
 // The model's GEMMs: forward Y = X W^T (NT), input grad dX = dY W (NN), weight grad
 // dW = dY^T X (TN, K = tokens), plus plain squares (NN).
@@ -60,6 +76,14 @@ std::vector<GemmShape> all_shapes() {
       {"s-wgrad-256", 256, 256, 1024, Trans::T, Trans::N},
       {"s-wgrad-fc1", 1024, 256, 1024, Trans::T, Trans::N},
       {"s-wgrad-fc2", 256, 1024, 1024, Trans::T, Trans::N},
+      // gpt2-small (d_model 768, FFN 3072; 1024 tokens per sequence): forward K = 768 (12
+      // blocks) and 3072 (48 blocks), input grad K = 3072, weight grads over one sequence
+      // (K = 1024, 16 blocks) and over the global batch of 12 (K = 12,288: 12 sequences).
+      {"g-fwd-768", 1024, 768, 768, Trans::N, Trans::T},
+      {"g-fwd-fc2", 1024, 768, 3072, Trans::N, Trans::T},
+      {"g-dgrad-fc1", 1024, 768, 3072, Trans::N, Trans::N},
+      {"g-wgrad-1seq", 768, 768, 1024, Trans::T, Trans::N, 1024},
+      {"g-wgrad-12seq", 768, 768, 12288, Trans::T, Trans::N, 1024},
   };
 }
 
@@ -115,12 +139,14 @@ int main(int argc, char** argv) {
   double min_time = 0.2;
   std::string clock_s = "wall";
   std::int64_t kc = 0, nc = 0, mc = 0, resident = -1;
-  app.add_option("--impls", impls_s, "comma list of canonical,chain,eigen,openblas,reference");
+  app.add_option("--impls", impls_s,
+                 "comma list of canonical (halving tree), canonical-pow2, chain, eigen, openblas, "
+                 "reference");
   app.add_option("--threads", threads_s, "comma list of thread counts");
   app.add_option("--shapes", shapes_s,
                  "comma list of shape names (e.g. 4096x256x256,512), 'model', 'squares', "
-                 "'small' (bench-small's GEMMs) or 'all'; custom MxNxK[:TATB] also accepted, e.g. "
-                 "300x200x100:NT");
+                 "'small' (bench-small's GEMMs), 'gpt2' (gpt2-small's) or 'all'; custom "
+                 "MxNxK[:TATB] also accepted, e.g. 300x200x100:NT");
   app.add_option("--reps", reps, "trials per impl and shape (median reported)");
   app.add_option("--min-time", min_time, "seconds per trial (calls repeat until reached)");
   app.add_option("--clock", clock_s,
@@ -148,8 +174,8 @@ int main(int argc, char** argv) {
     std::vector<int> threads;
     for (const auto& t : split(threads_s)) threads.push_back(std::stoi(t));
     maybe_reexec(argv, *std::max_element(threads.begin(), threads.end()));
-    std::vector<GemmImpl> impls;
-    for (const auto& s : split(impls_s)) impls.push_back(parse_gemm_impl(s));
+    std::vector<BenchImpl> impls;
+    for (const auto& s : split(impls_s)) impls.push_back(parse_bench_impl(s));
     const Isa isa = parse_isa(isa_s);
     const std::string core = openblas_core_name();
     const bool cpu = clock_s == "cpu";
@@ -171,7 +197,9 @@ int main(int argc, char** argv) {
       } else if (name == "squares") {
         shapes.insert(shapes.end(), known.begin() + 5, known.begin() + 8);
       } else if (name == "small") {
-        shapes.insert(shapes.end(), known.begin() + 8, known.end());
+        shapes.insert(shapes.end(), known.begin() + 8, known.begin() + 17);
+      } else if (name == "gpt2") {
+        shapes.insert(shapes.end(), known.begin() + 17, known.end());
       } else {
         auto it = std::find_if(known.begin(), known.end(),
                                [&](const GemmShape& s) { return s.name == name; });
@@ -207,10 +235,11 @@ int main(int argc, char** argv) {
         }
       const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
       for (int t : threads) {
-        const KernelCtx ctx{isa, t, block};
-        auto call = [&](GemmImpl impl) {
-          gemm(ctx, impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols, C.data(),
-               sh.n);
+        auto call = [&](const BenchImpl& bi) {
+          KernelCtx ctx{isa, t, block, bi.tree};
+          ctx = ctx.over_sequences(sh.seq);
+          gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols,
+               C.data(), sh.n);
         };
         // Calibrate calls per trial so one trial lasts about min_time.
         std::vector<int> calls(impls.size());
@@ -235,12 +264,14 @@ int main(int argc, char** argv) {
           const double lo = *std::min_element(secs[i].begin(), secs[i].end());
           const double hi = *std::max_element(secs[i].begin(), secs[i].end());
           std::printf(
-              "{\"bench\":\"gemm\",\"impl\":\"%s\",\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
+              "{\"bench\":\"gemm\",\"impl\":\"%s\",\"tree\":\"%s\",\"seq\":%lld,"
+              "\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
               "\"k\":%lld,\"ta\":\"%s\",\"tb\":\"%s\",\"threads\":%d,\"isa\":\"%s\","
               "\"block\":%d,\"reps\":%d,\"gflops\":%.2f,\"gflops_min\":%.2f,"
               "\"gflops_max\":%.2f,\"seconds\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
               "\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
-              gemm_impl_name(impls[i]), sh.name.c_str(), static_cast<long long>(sh.m),
+              impls[i].name.c_str(), std::string(enum_name(impls[i].tree)).c_str(),
+              static_cast<long long>(sh.seq), sh.name.c_str(), static_cast<long long>(sh.m),
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
               sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T", t, isa_name(isa), block,
               reps, flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi,

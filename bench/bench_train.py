@@ -1,5 +1,7 @@
 #!/usr/bin/python3
-"""bench_train: steady-state training throughput and determinism tax of bench-small.
+"""bench_train: steady-state training throughput and determinism tax of a preset (bench-small
+by default; --config launch/configs/gpt2-small.toml for GPT-2 small, the model's shapes and
+global batch read from the TOML).
 
 Runs, interleaved (round r runs every configuration once, in an order rotated by r, so
 all configurations see the same machine noise), --reps rounds of:
@@ -38,6 +40,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tomllib
 import tempfile
 import time
 from pathlib import Path
@@ -49,6 +52,21 @@ import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the
 
 MODEL = dict(vocab=256, context=256, layers=4, d_model=256, heads=8, ffn=1024)
 GLOBAL_BATCH = 16
+
+
+def load_model(config):
+    """The [model] shapes (vocab padded by vocab_pad_to, as the model's rows are) and the
+    global batch of a lockstep config; the values not in the file are bench-small's."""
+    global GLOBAL_BATCH
+    with open(config, "rb") as f:
+        t = tomllib.load(f)
+    m = t.get("model", {})
+    for key in MODEL:
+        MODEL[key] = int(m.get(key, MODEL[key]))
+    pad = int(m.get("vocab_pad_to", 1))
+    MODEL["vocab"] = (MODEL["vocab"] + pad - 1) // pad * pad
+    GLOBAL_BATCH = int(t.get("data", {}).get("global_batch", GLOBAL_BATCH))
+    MODEL["name"] = Path(config).stem
 
 
 def flops_per_token(m=MODEL):
@@ -166,6 +184,10 @@ def run_torch(a, cfg, tmp, tag, peak):
     cmd += [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
             "--steps", str(a.steps - a.warmup), "--warmup", str(a.warmup),
             "--microbatch", str(mb), "--init", init, "--step-times",
+            "--global-batch", str(GLOBAL_BATCH), "--vocab", str(MODEL["vocab"]),
+            "--context", str(MODEL["context"]), "--layers", str(MODEL["layers"]),
+            "--d-model", str(MODEL["d_model"]), "--heads", str(MODEL["heads"]),
+            "--ffn", str(MODEL["ffn"]),
             "--peak-gflops", f"{peak:.3f}"]
     rc, text, wall = run_cmd(cmd, thread_env(cfg["threads"]), a.timeout)
     line = next((l for l in text.splitlines() if l.startswith('{"impl": "pytorch"')), None)
@@ -206,7 +228,8 @@ def config_name(c):
 
 def md_table(configs, peak, fpt, n_matmul, meta):
     lines = []
-    lines.append(f"bench-small, global batch {GLOBAL_BATCH} x {MODEL['context']} tokens; "
+    lines.append(f"{MODEL.get('name', 'bench-small')}, global batch {GLOBAL_BATCH} x "
+                 f"{MODEL['context']} tokens; "
                  f"N_matmul = {n_matmul:,}, {fpt:,} FLOPs/token; "
                  f"FMA peak (2 threads) = {peak:.1f} GFLOP/s; {meta['reps']} run(s) per "
                  f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
@@ -270,6 +293,7 @@ def paired_text(p):
 
 def main():
     a = parse_args()
+    load_model(a.config)
     a.lockstep = str(Path(a.lockstep).resolve())
     if not os.access(a.lockstep, os.X_OK):
         sys.exit(f"bench_train: {a.lockstep} is not an executable; build it first "

@@ -55,15 +55,19 @@ void CausalGemms::prefix(std::int64_t n, const float* A, std::int64_t lda, const
     return;
   }
   if (exact_ && !rows_all_finite(tp_.kernel(), X, C_, n, ldx)) return full();
-  const bool pruned = tree_ && tp_.kernel().tree != TreeShape::pow2;
+  const std::int64_t nb = (C_ + B_ - 1) / B_;
+  const bool pow2_blocks = std::has_single_bit(static_cast<std::uint64_t>(nb));
+  const bool pruned = tree_ && tp_.kernel().tree != TreeShape::pow2 && !pow2_blocks;
+  // Under halving with 2^k blocks the pruned tree of a prefix is its pow2 tree.
+  const TpContext& prefix_tp = tree_ && pow2_blocks ? pow2_ : tp_;
   for (std::int64_t r0 = 0; r0 < C_; r0 += rows_) {
     const std::int64_t r1 = std::min(C_, r0 + rows_);
     if (pruned) {
       Sub s{A + r0 * lda, lda, X, ldx, r1 - r0, n, 0, (r1 + B_ - 1) / B_, false, scratch};
       tree(s, 0, (C_ + B_ - 1) / B_, Y + r0 * ldy, ldy, 0);
     } else {
-      tp_.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X, ldx,
-               Y + r0 * ldy, ldy, true);
+      prefix_tp.gemm(perturbed_, Trans::N, Trans::N, r1 - r0, n, r1, A + r0 * lda, lda, X,
+                     ldx, Y + r0 * ldy, ldy, true);
     }
     if (!exact_ || r1 == C_) continue;
     redo_zero_rows(Y, r0, r1, n, ldy, full_row);

@@ -12,8 +12,9 @@
 //    leading whole query blocks [0, j0). Either way the kept blocks are evaluated as the
 //    canonical tree over all blocks with the omitted leaves removed (the nodes it consists of
 //    are GEMMs, combined left + right). Under pow2 the pruned tree of a prefix is the tree of
-//    the prefix (one GEMM over [0, r1)); under halving it is not, so the prefix takes the same
-//    pruned-tree evaluation as the suffix.
+//    the prefix (one GEMM over [0, r1)); so it is under halving when C / B is a power of two
+//    (the two full trees are one: one pow2 GEMM over [0, r1)); otherwise the prefix takes the
+//    same pruned-tree evaluation as the suffix.
 //  Proof of equality: with x finite, an omitted leaf (or chain tail) is +-0.0, and adding a
 //  zero is exact unless the other side is also zero; removing the zero leaves of the tree
 //  leaves the tree of the remaining leaves. So the result with omissions equals the full
@@ -44,6 +45,7 @@ class CausalGemms {
   // thread, used only by the fused kernels.
   CausalGemms(const TpContext& tp, std::int64_t C, int B, bool perturbed = false, bool fused = true)
       : tp_(tp),
+        pow2_(tp.with_tree(TreeShape::pow2)),
         C_(C),
         B_(perturbed ? tp.perturbed_block() : B),
         exact_(tp.mode() != Determinism::fast),
@@ -93,6 +95,7 @@ class CausalGemms {
                       std::int64_t ldy, Row row) const;
 
   const TpContext& tp_;
+  TpContext pow2_;  // tp_ under the pow2 tree: the prefix products when C / B is 2^k
   std::int64_t C_;
   std::int64_t B_;
   bool exact_;

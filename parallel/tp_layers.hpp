@@ -55,6 +55,14 @@ class TpContext {
   }
   // The context of a reduction over this pass's tokens (KernelCtx::over_sequences).
   const KernelCtx& tokens() const { return tokens_; }
+  // The same context with another tree (the causal products, whose pruned halving tree over a
+  // power-of-two block count is the pow2 tree of the kept prefix).
+  TpContext with_tree(TreeShape tree) const {
+    TpContext c = *this;
+    c.ctx_.tree = c.tokens_.tree = tree;
+    c.tokens_.sequence = tree == TreeShape::halving ? tokens_.sequence : 0;
+    return c;
+  }
   GemmImpl gemm_impl() const { return impl_; }
   // The block of a perturbed op's canonical GEMM (debug.perturb; see the header comment).
   int perturbed_block() const { return std::max(1, ctx_.reduce_block / 4); }

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "runtime/cuda/tree_rule.hpp"
+#include "runtime/tree_rule.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep {

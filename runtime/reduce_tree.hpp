@@ -25,7 +25,7 @@
 #include <span>
 #include <vector>
 
-#include "runtime/cuda/tree_rule.hpp"
+#include "runtime/tree_rule.hpp"
 #include "runtime/enum_names.hpp"
 
 namespace lockstep {
@@ -123,7 +123,7 @@ class MergeTable {
   std::vector<std::uint8_t> m_;
 };
 
-// The rule as the CUDA bodies take it (runtime/cuda/tree_rule.hpp).
+// The rule as the CUDA bodies take it (runtime/tree_rule.hpp).
 hd::SumRuleHD hd_rule(const SumRule& rule);
 
 // T over leaf values in the tree's association, written out recursively (the literal

@@ -12,7 +12,7 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/tree_rule.hpp"
+#include "runtime/tree_rule.hpp"
 #include "runtime/gemm.hpp"
 
 namespace lockstep::cuda {

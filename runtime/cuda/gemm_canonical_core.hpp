@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/hd.hpp"
+#include "runtime/hd.hpp"
 #include "runtime/cuda/tree_counter.hpp"
 
 namespace lockstep::hd {

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/hd.hpp"
+#include "runtime/hd.hpp"
 
 namespace lockstep::hd {
 

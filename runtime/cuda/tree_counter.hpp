@@ -1,6 +1,6 @@
 // The canonical sum of docs/design.md section 2 (runtime/csum.hpp) as host/device building blocks:
 // a block chain from -0.0 and the post-order counter that combines leaf results by the tree T
-// (runtime/cuda/tree_rule.hpp says how many merges follow each leaf). The CUDA kernels and
+// (runtime/tree_rule.hpp says how many merges follow each leaf). The CUDA kernels and
 // their CPU tests use these same functions.
 // Determinism contract: TreeCounter<N> with the tree's schedule gives, for leaves pushed left to
 // right, exactly lockstep::tree_fold over them (older + newer on every merge), i.e. the bits of
@@ -10,8 +10,8 @@
 
 #include <cstdint>
 
-#include "runtime/cuda/hd.hpp"
-#include "runtime/cuda/tree_rule.hpp"
+#include "runtime/hd.hpp"
+#include "runtime/tree_rule.hpp"
 
 namespace lockstep::hd {
 

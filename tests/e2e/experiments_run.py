@@ -31,7 +31,7 @@ bad = [
     (["--np", "3"], "not divisible"),               # global batch 8 over DP 3
     (["--np", "2", "--tp", "4"], "tp"),             # TP larger than the world
     (["--np", "4", "--tp", "3"], "tp"),             # np not a multiple of tp
-    (["--np", "2", "--set", "parallel.microbatch=3"], "microbatch"),
+    (["--np", "2", "--set", "parallel.microbatch=5"], "microbatch"),  # > 4 sequences per rank
 ]
 for args, word in bad:
     res = lockstep(binary, ["run"] + args + [tiny], expect_rc=None, env=fake_env)

@@ -39,7 +39,7 @@ if part in ("all", "errors"):
         (["train", tiny, "--set", "model.dmodel=3"], "did you mean 'model.d_model'"),
         (["train", tiny, "--set", "run.determinism=exact"], "invariant, deterministic, fast"),
         (["train", tiny, "--set", "optim.lr=fast"], "optim.lr=fast: 'fast' is not a number"),
-        (["train", tiny, "--set", "parallel.microbatch=3"], "not divisible by dp x microbatch"),
+        (["train", tiny, "--set", "parallel.microbatch=9"], "exceeds the 8 sequences per DP rank"),
         (["train", os.path.join(work, "nope.toml")], "cannot read config file"),
         (["run", "--np", "3", "--tp", "2", tiny], "ranks = 3 is not a multiple of parallel.tp = 2"),
         (["run", "--np", "4", tiny, "--set", "data.global_batch=6"], "data.global_batch = 6 is not divisible"),
