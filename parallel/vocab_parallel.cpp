@@ -84,7 +84,13 @@ void token_row_grad_dense(const KernelCtx& ctx, const std::int32_t* row_of, std:
     std::fill(out, out + rows * width, kAdditiveIdentity);
     return;
   }
-  const int levels = std::bit_width(static_cast<std::uint64_t>(nblocks)) + 1;
+  // The deepest the post-order stack gets (a tree over sequences, each over its blocks, can be
+  // two levels taller than log2 of its leaf count).
+  int levels = 0;
+  for (std::int64_t b = 0, depth = 0; b < nblocks; ++b) {
+    levels = std::max(levels, static_cast<int>(depth) + 1);
+    depth = depth + 1 - merges[b];
+  }
   const std::int64_t chunk = 64, nchunks = (width + chunk - 1) / chunk;
 #pragma omp parallel num_threads(ctx.threads)
   {

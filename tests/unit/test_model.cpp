@@ -96,6 +96,30 @@ TEST_CASE("token_row_grad equals the literal masked dense csum over tokens") {
   }
 }
 
+TEST_CASE("token_row_grad over sequences equals the literal csum of the token tree") {
+  // 5 sequences of 5 blocks: the tree over sequences, each over its blocks, is 6 levels high
+  // for 25 leaves (two more than log2), the deepest stack the dense path must hold.
+  const std::int64_t B = 16, seq = 80, T = 5 * seq, width = 3;
+  const auto dx = mixed_floats(static_cast<std::size_t>(T * width), 11);
+  std::vector<std::int32_t> row_of(T);
+  std::uint64_t s = 7;
+  for (auto& r : row_of) r = static_cast<std::int32_t>(lockstep::testing::splitmix64(s) % 40);
+  for (std::int64_t rows : {3, 40}) {  // dense and sparse paths
+    KernelCtx ctx{best_isa(), 2, static_cast<int>(B), TreeShape::halving};
+    ctx = ctx.over_sequences(seq);
+    std::vector<float> out(static_cast<std::size_t>(rows * width));
+    token_row_grad(ctx, row_of.data(), T, dx.data(), width, width, 0, rows, out.data());
+    std::vector<float> col(T);
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t e = 0; e < width; ++e) {
+        for (std::int64_t t = 0; t < T; ++t) col[t] = row_of[t] == r ? dx[t * width + e] : -0.0f;
+        const float want = csum(col.data(), T, ctx.rule());
+        INFO("rows=" << rows << " r=" << r << " e=" << e);
+        CHECK(std::memcmp(&want, &out[r * width + e], 4) == 0);
+      }
+  }
+}
+
 TEST_CASE("GPT: 1 microbatch of 4 == 4 microbatches of 1 merged by the tree (bitwise)") {
   for (float dropout : {0.0f, 0.1f}) {
     const ModelConfig cfg = tiny_model_config(dropout, true);
