@@ -47,7 +47,7 @@ struct KPanel {
   std::int64_t pc, kl;
   int leaf0, nleaves, adds, depth;
 };
-// How K is cut into panels, made once per call by gemm.cpp (plan_k; no ISA-specific code).
+// How K is cut into panels, made once per shape by gemm.cpp (cached_plan; no ISA-specific code).
 struct KPlan {
   std::vector<KPanel> panels;
   std::vector<std::int32_t> leaf_len;     // canonical: every leaf's length, panel by panel
@@ -72,8 +72,6 @@ struct GemmArgs {
   const KPlan* kplan;   // canonical / chain: the panels of K (set by gemm())
 };
 
-// The panels of K for the canonical kernel (nodes of K's tree) or the chain (kc_target each).
-KPlan plan_k(const GemmArgs& g, const GemmTuning& t, bool canonical);
 
 // Per ISA entry points (LOCKSTEP_GEMM_DEFINE in gemm.cpp and the *_avx2.cpp / *_avx512.cpp
 // files).
