@@ -152,10 +152,13 @@ GemmImpl fastest_gemm_impl(Isa isa) {
 }
 
 std::string gemm_vendor_info() {
-  return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " +
-         (isa_supported(Isa::avx512)
-              ? gemm_detail::eigen_info_avx512()
-              : std::string("Eigen: not built for this CPU (needs AVX-512)"));
+  std::string eigen = "Eigen: not built for this CPU (needs AVX-512)";
+  if (isa_supported(Isa::avx512)) {
+    const gemm_detail::EigenInfo e = gemm_detail::eigen_info_avx512();
+    eigen = "Eigen " + std::to_string(e.world) + "." + std::to_string(e.major) + "." +
+            std::to_string(e.minor) + " (" + e.simd + ")";
+  }
+  return std::string(openblas_get_config()) + "; core " + openblas_get_corename() + "; " + eigen;
 }
 
 GemmTuning gemm_tuning() {

@@ -84,7 +84,11 @@ void chain_avx2(const GemmArgs& g, const GemmTuning& t);
 // Eigen's GEMM, instantiated only in the AVX-512 TU: Eigen templates compiled with different
 // ISA flags in several TUs would collide at link time (one arbitrary copy wins).
 void eigen_avx512(const GemmArgs& g);
-std::string eigen_info_avx512();
+struct EigenInfo {
+  int world, major, minor;
+  const char* simd;
+};
+EigenInfo eigen_info_avx512();
 
 namespace {
 

@@ -31,10 +31,11 @@ void eigen_avx512(const GemmArgs& g) {
   if (g.ta == Trans::T && g.tb == Trans::T) c.noalias() = a.transpose() * b.transpose();
 }
 
-std::string eigen_info_avx512() {
-  return "Eigen " + std::to_string(EIGEN_WORLD_VERSION) + "." +
-         std::to_string(EIGEN_MAJOR_VERSION) + "." + std::to_string(EIGEN_MINOR_VERSION) + " (" +
-         Eigen::SimdInstructionSetsInUse() + ")";
+// Plain values only: a std::string built here would instantiate string members with AVX-512
+// flags, and the linker may keep that copy for every caller (SIGILL on AVX2 CPUs).
+EigenInfo eigen_info_avx512() {
+  return {EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION,
+          Eigen::SimdInstructionSetsInUse()};
 }
 
 }  // namespace lockstep::gemm_detail

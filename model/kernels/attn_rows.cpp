@@ -15,30 +15,35 @@ void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::in
                          std::int64_t r1, float scale) {
   KernelCtx one = ctx;
   one.threads = 1;
+  // The row trees' schedules, built here (no ISA flags) and passed to the kernels as an array.
+  const MergeTable mt(ctx.tree, (C + ctx.reduce_block - 1) / ctx.reduce_block);
+  const std::uint8_t* table = mt.row(1);
   switch (ctx.isa) {
     case Isa::avx512:
-      return attn_detail::softmax_causal_rows_avx512(one, S, C, r0, r1, scale);
+      return attn_detail::softmax_causal_rows_avx512(one, S, C, r0, r1, scale, table);
     case Isa::avx2:
-      return attn_detail::softmax_causal_rows_avx2(one, S, C, r0, r1, scale);
+      return attn_detail::softmax_causal_rows_avx2(one, S, C, r0, r1, scale, table);
     case Isa::scalar:
       break;
   }
-  attn_detail::softmax_causal_rows_scalar(one, S, C, r0, r1, scale);
+  attn_detail::softmax_causal_rows_scalar(one, S, C, r0, r1, scale, table);
 }
 
 void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::int64_t C,
                            std::int64_t r0, std::int64_t r1, float scale) {
   KernelCtx one = ctx;
   one.threads = 1;
+  const MergeTable mt(ctx.tree, (C + ctx.reduce_block - 1) / ctx.reduce_block);
+  const std::uint8_t* table = mt.row(1);
   switch (ctx.isa) {
     case Isa::avx512:
-      return attn_detail::softmax_backward_rows_avx512(one, P, G, C, r0, r1, scale);
+      return attn_detail::softmax_backward_rows_avx512(one, P, G, C, r0, r1, scale, table);
     case Isa::avx2:
-      return attn_detail::softmax_backward_rows_avx2(one, P, G, C, r0, r1, scale);
+      return attn_detail::softmax_backward_rows_avx2(one, P, G, C, r0, r1, scale, table);
     case Isa::scalar:
       break;
   }
-  attn_detail::softmax_backward_rows_scalar(one, P, G, C, r0, r1, scale);
+  attn_detail::softmax_backward_rows_scalar(one, P, G, C, r0, r1, scale, table);
 }
 
 bool rows_all_finite(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t n,

@@ -42,10 +42,11 @@ namespace attn_detail {
 // The per-ISA instantiations of model/kernels/attn_rows_impl.hpp behind the dispatch above.
 #define LOCKSTEP_ATTN_ROWS_DECLARE(SUFFIX)                                                    \
   void softmax_causal_rows_##SUFFIX(const KernelCtx& ctx, float* S, std::int64_t C,           \
-                                    std::int64_t r0, std::int64_t r1, float scale);           \
+                                    std::int64_t r0, std::int64_t r1, float scale,            \
+                                    const std::uint8_t* table);                               \
   void softmax_backward_rows_##SUFFIX(const KernelCtx& ctx, const float* P, float* G,         \
                                       std::int64_t C, std::int64_t r0, std::int64_t r1,       \
-                                      float scale);                                           \
+                                      float scale, const std::uint8_t* table);                \
   bool rows_all_finite_##SUFFIX(const float* X, std::int64_t rows, std::int64_t n,            \
                                 std::int64_t ld);                                             \
   std::int64_t first_row_with_zero_##SUFFIX(const float* Y, std::int64_t r0, std::int64_t r1, \

@@ -26,15 +26,24 @@ namespace {
 constexpr int kG = 8;  // rows advanced together (independent chains overlap)
 
 // Post-order counters of docs/design.md section 2 for kG rows (the csum tree over block
-// leaves; the schedule of a row of n leaves is mt.row(n), runtime/reduce_tree.hpp).
+// leaves).
 using Counters = csum_detail::RowCounters<kG>;
+
+// The merges after each leaf of an n-leaf row: row n of a MergeTable (runtime/reduce_tree.hpp)
+// that the dispatcher (attn_rows.cpp, no ISA flags) builds and passes in as a flat array: the
+// table's own members are not used here, whose copies compiled with ISA flags could be the
+// ones the linker keeps.
+struct Schedules {
+  const std::uint8_t* table;
+  const std::uint8_t* row(std::int64_t n) const { return table + n * (n - 1) / 2; }
+};
 
 // Rows i0 .. i0+kG-1 of the causal pattern: row i0+r has length i0+r+1. out[r] = csum (Dot =
 // false: of a) or cdot (Dot = true: of a, b) over the row's prefix, block B, tree mt: the bits
 // of lockstep::csum / lockstep::cdot (chains from -0.0, same leaves, same tree).
 template <bool Dot>
 void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::int64_t i0, int B,
-                         const MergeTable& mt, float* out) {
+                         Schedules mt, float* out) {
   Counters c;
   const std::uint8_t* sched[kG];
   for (int r = 0; r < kG; ++r) sched[r] = mt.row((i0 + r + B) / B);
@@ -74,7 +83,7 @@ void causal_group_reduce(const float* a, const float* b, std::int64_t ld, std::i
 // the scalar row's sum.
 template <class V, bool Dot>
 void causal_group16_reduce(const float* a, const float* b, std::int64_t ld, std::int64_t i0, int B,
-                           const MergeTable& mt, float* out) {
+                           Schedules mt, float* out) {
   static_assert(V::masked && V::W == 16);
   const std::int64_t maxlen = i0 + 16;
   alignas(64) float ta[16 * 16], tb[16 * 16];
@@ -228,10 +237,10 @@ inline bool group16_ok(std::int64_t i, std::int64_t C, int B) {
 }
 
 template <class V>
-void softmax_rows_impl(const KernelCtx& ctx1, float* S, std::int64_t C, std::int64_t r0,
-                       std::int64_t r1, float scale) {
+void softmax_rows_impl(const KernelCtx& ctx1, const std::uint8_t* table, float* S, std::int64_t C,
+                       std::int64_t r0, std::int64_t r1, float scale) {
   const int B = ctx1.reduce_block;
-  const MergeTable mt(ctx1.tree, (C + B - 1) / B);
+  const Schedules mt{table};
   std::int64_t i = r0;
   while (i < r1) {
     float sum[16];
@@ -256,9 +265,10 @@ void softmax_rows_impl(const KernelCtx& ctx1, float* S, std::int64_t C, std::int
 
 template <class V>
 void softmax_backward_rows_impl(const KernelCtx& ctx1, const float* P, float* G, std::int64_t C,
-                                std::int64_t r0, std::int64_t r1, float scale) {
+                                std::int64_t r0, std::int64_t r1, float scale,
+                                const std::uint8_t* table) {
   const int B = ctx1.reduce_block;
-  const MergeTable mt(ctx1.tree, (C + B - 1) / B);
+  const Schedules mt{table};
   std::int64_t i = r0;
   while (i < r1) {
     float dot[16];
@@ -329,13 +339,14 @@ std::int64_t first_row_with_zero_impl(const float* Y, std::int64_t r0, std::int6
 // inside namespace lockstep::attn_detail).
 #define LOCKSTEP_ATTN_ROWS_DEFINE(SUFFIX, V)                                                  \
   void softmax_causal_rows_##SUFFIX(const KernelCtx& ctx, float* S, std::int64_t C,           \
-                                    std::int64_t r0, std::int64_t r1, float scale) {          \
-    softmax_rows_impl<V>(ctx, S, C, r0, r1, scale);                                           \
+                                    std::int64_t r0, std::int64_t r1, float scale,            \
+                                    const std::uint8_t* table) {                              \
+    softmax_rows_impl<V>(ctx, table, S, C, r0, r1, scale);                                    \
   }                                                                                           \
   void softmax_backward_rows_##SUFFIX(const KernelCtx& ctx, const float* P, float* G,         \
                                       std::int64_t C, std::int64_t r0, std::int64_t r1,       \
-                                      float scale) {                                          \
-    softmax_backward_rows_impl<V>(ctx, P, G, C, r0, r1, scale);                               \
+                                      float scale, const std::uint8_t* table) {               \
+    softmax_backward_rows_impl<V>(ctx, P, G, C, r0, r1, scale, table);                        \
   }                                                                                           \
   bool rows_all_finite_##SUFFIX(const float* X, std::int64_t rows, std::int64_t n,            \
                                 std::int64_t ld) {                                            \
