@@ -5,8 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "runtime/tree_rule.hpp"
+#include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/tree_rule.hpp"
 
 namespace lockstep {
 
@@ -120,9 +121,7 @@ MergeTable::MergeTable(TreeShape shape, std::int64_t max_leaves) {
 
 namespace {
 float fold_range(TreeShape shape, std::span<const float> v) {
-  if (v.size() == 1) return v[0];
-  const auto h = static_cast<std::size_t>(tree_split(shape, static_cast<std::int64_t>(v.size())));
-  return fold_range(shape, v.first(h)) + fold_range(shape, v.subspan(h));
+  return tree_fold(shape, v, [](float x, float y) { return x + y; });
 }
 }  // namespace
 
