@@ -7,8 +7,10 @@
 // arithmetic of their own, and the blocks run (and record) in the order of op_names().
 #include "model/gpt.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "model/gpt_impl.hpp"
 #include "model/gpt_op_names.hpp"
@@ -18,7 +20,9 @@ namespace lockstep {
 
 using namespace gpt_detail;
 
-struct Gpt::Impl : State {};
+struct Gpt::Impl : State {
+  std::vector<ForwardState> slots;  // pipeline activation slots (set_slots)
+};
 
 namespace {
 // The forward's state of this microbatch: sizes, the dropout and op-trace switches, the FFN
@@ -84,20 +88,22 @@ Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx c
     : cfg_(cfg),
       table_(ParamTable::build(cfg)),
       tp_(grid, mode, ctx, cfg.context),
+      stage_(PipelineStage::of(cfg, grid ? grid->pp_size() : 1, grid ? grid->pp_rank() : 0)),
       impl_(std::make_unique<Impl>()) {
   validate_model_config(cfg_, tp_.size());
   for (std::size_t i = 0; i < table_.size(); ++i) {
     const ParamSpec& s = table_[i];
     const ShardDesc sd = s.shard(tp_.size(), tp_.rank());
-    Tensor p = Tensor::zeros(DType::f32, sd.local_shape(), s.name);
-    p.set_shard(sd);
-    params_.push_back(std::move(p));
+    // A parameter of another pipeline stage has no storage here (empty tensors).
+    const bool held = stage_.holds(s);
+    auto local = [&](std::string name) {
+      Tensor t = Tensor::zeros(DType::f32, held ? sd.local_shape() : Shape{0}, std::move(name));
+      if (held) t.set_shard(sd);
+      return t;
+    };
+    params_.push_back(local(s.name));
     std::vector<Tensor> terms;
-    for (const std::string& tn : s.terms) {
-      Tensor g = Tensor::zeros(DType::f32, sd.local_shape(), "grad/" + s.name + "/" + tn);
-      g.set_shard(sd);
-      terms.push_back(std::move(g));
-    }
+    for (const std::string& tn : s.terms) terms.push_back(local("grad/" + s.name + "/" + tn));
     grads_.push_back(std::move(terms));
   }
   auto idx = [&](const std::string& n) {
@@ -124,7 +130,8 @@ Gpt::~Gpt() = default;
 
 void Gpt::init(std::uint64_t seed) {
   seed_ = seed;
-  for (std::size_t i = 0; i < table_.size(); ++i) init_param(table_[i], i, seed, params_[i]);
+  for (std::size_t i = 0; i < table_.size(); ++i)
+    if (stage_.holds(table_[i])) init_param(table_[i], i, seed, params_[i]);
 }
 
 std::span<const float> Gpt::token_losses() const {
@@ -157,6 +164,78 @@ float Gpt::forward(const std::int32_t* tokens, const std::int32_t* labels,
     mlp_forward(ps, l);
   }
   return lm_head_forward(ps, labels);
+}
+
+void Gpt::set_slots(std::int64_t n) {
+  impl_->slots.resize(static_cast<std::size_t>(n));
+  for (ForwardState& f : impl_->slots) f.acts.resize(static_cast<std::size_t>(cfg_.layers));
+}
+
+void Gpt::swap_slot(std::int64_t slot) {
+  check(
+      slot >= 0 && slot < static_cast<std::int64_t>(impl_->slots.size()),
+      "Gpt: activation slot " + std::to_string(slot) + " of " + std::to_string(impl_->slots.size()),
+      "call set_slots with the schedule's slot count first");
+  std::swap(static_cast<ForwardState&>(*impl_), impl_->slots[static_cast<std::size_t>(slot)]);
+}
+
+float Gpt::forward_stage(std::int64_t slot, const std::int32_t* tokens, const std::int32_t* labels,
+                         const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step,
+                         const float* h_in) {
+  check(mb >= 1, "Gpt::forward_stage: microbatch of " + std::to_string(mb) + " sequences",
+        "pass at least one sequence");
+  swap_slot(slot);
+  begin_forward(*impl_, cfg_, tp_.size(), seq_ids, mb, step, true);
+  const Pass ps(*impl_, cfg_, tp_, params_, grads_, seed_);
+  if (stage_.first()) {
+    embedding_forward(ps, tokens);
+  } else {
+    ensure(impl_->h, ps.T * ps.d);
+    ensure(impl_->y, ps.T * ps.d);
+    std::copy_n(h_in, ps.T * ps.d, impl_->h.data());
+  }
+  for (std::int64_t l = stage_.first_layer; l < stage_.end_layer; ++l) {
+    attention_forward(ps, l);
+    mlp_forward(ps, l);
+  }
+  float loss = 0.0f;
+  if (stage_.last())
+    loss = lm_head_forward(ps, labels);
+  else
+    finish_stream(ps);
+  swap_slot(slot);
+  return loss;
+}
+
+std::span<const float> Gpt::stage_output(std::int64_t slot) const {
+  const ForwardState& f = impl_->slots.at(static_cast<std::size_t>(slot));
+  return cs(f.h);
+}
+
+void Gpt::backward_stage(std::int64_t slot, const std::int32_t* tokens, const std::int32_t* labels,
+                         float loss_scale, const float* dh_in) {
+  swap_slot(slot);
+  impl_->rec = impl_->obs && impl_->obs->recording();
+  const Pass ps(*impl_, cfg_, tp_, params_, grads_, seed_);
+  if (stage_.last()) {
+    lm_head_backward(ps, labels, loss_scale);
+  } else {
+    State& m = *impl_;
+    ensure(m.dh, ps.T * ps.d);
+    ensure(m.dy, ps.T * ps.d);
+    ensure(m.ln_scratch, ps.T * ps.d);
+    std::copy_n(dh_in, ps.T * ps.d, m.dh.data());
+  }
+  for (std::int64_t l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
+    mlp_backward(ps, l);
+    attention_backward(ps, l);
+  }
+  if (stage_.first()) embedding_backward(ps, tokens);
+  swap_slot(slot);
+}
+
+std::span<const float> Gpt::stage_input_grad() const {
+  return cs(impl_->dh);
 }
 
 void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale) {

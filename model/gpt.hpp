@@ -83,6 +83,7 @@
 
 #include "model/config.hpp"
 #include "model/param_table.hpp"
+#include "model/pipeline_stage.hpp"
 #include "parallel/tp_layers.hpp"
 #include "runtime/determinism.hpp"
 #include "runtime/grid.hpp"
@@ -109,8 +110,10 @@ using GradTerms = std::vector<std::vector<Tensor>>;
 
 class Gpt {
  public:
-  // grid == nullptr: a single process (TP=1) without MPI. Otherwise TP = grid->tp_size(),
-  // and every TP rank of a group must call forward_backward with the same arguments.
+  // grid == nullptr: a single process (TP=1, PP=1) without MPI. Otherwise TP =
+  // grid->tp_size(), and every TP rank of a group must call forward_backward with the same
+  // arguments; with grid->pp_size() > 1 the model is pipeline stage grid->pp_rank() and runs
+  // through forward_stage / backward_stage.
   Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx);
   Gpt(const ModelConfig& cfg, const Grid& grid, Determinism mode, KernelCtx ctx)
       : Gpt(cfg, &grid, mode, ctx) {}
@@ -121,7 +124,9 @@ class Gpt {
   const ModelConfig& config() const { return cfg_; }
   const ParamTable& table() const { return table_; }
   const TpContext& tp() const { return tp_; }
-  std::vector<Tensor>& params() { return params_; }  // local shards, table order
+  const PipelineStage& stage() const { return stage_; }
+  // Local shards, table order; a parameter of another pipeline stage is an empty tensor.
+  std::vector<Tensor>& params() { return params_; }
   const std::vector<Tensor>& params() const { return params_; }
   GradTerms& grads() { return grads_; }
   const GradTerms& grads() const { return grads_; }
@@ -148,6 +153,29 @@ class Gpt {
   // Per-token losses of the last forward ([mb * context]).
   std::span<const float> token_losses() const;
 
+  // ---- pipeline parallelism (docs/design.md section 8) -----------------------------------
+  // A stage holds the forward state of up to `n` microbatches at once (activation slots).
+  void set_slots(std::int64_t n);
+  // This stage's forward of one microbatch into activation slot `slot`: the embedding on the
+  // first stage (tokens), else h_in [mb * context, d_model] (the previous stage's output);
+  // then the stage's layers; on the last stage the head and the loss (returned: the csum of
+  // the microbatch's per-token losses, as forward_backward's), else 0.
+  float forward_stage(std::int64_t slot, const std::int32_t* tokens, const std::int32_t* labels,
+                      const std::int64_t* seq_ids, std::int64_t mb, std::int64_t step,
+                      const float* h_in);
+  // The residual stream after the stage's last layer ([mb * context, d_model]) of the slot's
+  // last forward_stage (not the last stage).
+  std::span<const float> stage_output(std::int64_t slot) const;
+  // The backward of the slot's microbatch: from its loss on the last stage, else from dh_in
+  // (the next stage's input gradient); through the stage's layers; the embedding's gradients
+  // on the first stage. Overwrites the stage's gradients (the GRADIENT CONTRACT above; terms
+  // and parameters of other stages stay untouched).
+  void backward_stage(std::int64_t slot, const std::int32_t* tokens, const std::int32_t* labels,
+                      float loss_scale, const float* dh_in);
+  // The gradient of the stage's input after backward_stage ([mb * context, d_model]; not the
+  // first stage): what the previous stage's backward starts from.
+  std::span<const float> stage_input_grad() const;
+
   // The op trace / debug.perturb hook (see the header comment); nullptr: none. Not owned;
   // it must outlive every later forward/backward. Which ops are perturbed is read here.
   void set_observer(OpObserver* observer);
@@ -158,9 +186,12 @@ class Gpt {
                 std::int64_t mb, std::int64_t step, bool train);
   void backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale);
 
+  void swap_slot(std::int64_t slot);  // exchanges the current forward state with the slot's
+
   ModelConfig cfg_;
   ParamTable table_;
   TpContext tp_;
+  PipelineStage stage_;
   std::uint64_t seed_ = 0;
   std::vector<Tensor> params_;
   GradTerms grads_;

@@ -82,9 +82,11 @@ struct LayerActs {
   bool u_holds_grad = false;
 };
 
-// Gpt::Impl: parameter indices, the forward's state and activations, the backward's scratch
-// and the op trace's tables.
-struct State {
+// One microbatch's forward state: its sizes and switches, and every buffer its backward reads
+// (activations, saved statistics, logits). A pipeline stage that holds several microbatches in
+// flight keeps one per activation slot (Gpt::set_slots) and swaps it in for that microbatch's
+// passes.
+struct ForwardState {
   std::int64_t T = 0, mb = 0, step = 0;
   // Row stride of every layer's u, g (and the backward's dbig) [T, fl], set by forward:
   // runtime/gemm.hpp's gemm_row_stride (1088 for fl 1024, whose 4 KiB rows would all fall into
@@ -93,9 +95,6 @@ struct State {
   // Only speed depends on it.
   std::int64_t ffn_ld = 0;
   bool train = false, dropout_on = false;
-  std::vector<LayerIdx> li;
-  int embed = 0, pos = 1, lnfw = 0, lnfb = 0;
-  // forward state
   std::vector<std::int32_t> pos_of;
   std::vector<std::int64_t> seq_ids;
   Mask keep0;
@@ -105,6 +104,13 @@ struct State {
   // pass (residual_layernorm_forward, same bits); pending_res: the op id of that residual add
   // (recorded right after it, before the LayerNorm), or -1 when none is pending.
   int pending_res = -1;
+};
+
+// Gpt::Impl: parameter indices, the forward's state and activations (ForwardState), the
+// backward's scratch and the op trace's tables.
+struct State : ForwardState {
+  std::vector<LayerIdx> li;
+  int embed = 0, pos = 1, lnfw = 0, lnfb = 0;
   // backward scratch
   Buf dh, dy, dbig, dsmall, qkv_part, dq, dk, dv, dhf, ln_scratch, attn_scratch;
   Buf dqkv, lin3_scratch;  // the fused q/k/v path's [T, 3 dl] gradient and linear3 scratch
@@ -195,6 +201,10 @@ void stream_layernorm(const Pass& ps, const float* w, const float* b, Buf& xhat,
 // The end of layer l's branch at dropout `site`: y = dropout(y) (keep stored for backward),
 // the add h += y left pending for the next stream_layernorm, recorded under op `rec_id`.
 void branch_residual(const Pass& ps, std::int64_t l, int site, Mask& keep, int rec_id);
+// The end of a pipeline stage that is not the last: the pending residual add h += y done on
+// its own (the bits residual_layernorm_forward gives h) and recorded, so m.h is the residual
+// stream the next stage's first LayerNorm reads.
+void finish_stream(const Pass& ps);
 // The branch output's gradient: dropout'(m.dh) into m.dy with dropout on (returns m.dy),
 // else m.dh itself.
 const float* branch_dropout_backward(const Pass& ps, const Mask& keep);

@@ -41,6 +41,18 @@ void branch_residual(const Pass& ps, std::int64_t l, int site, Mask& keep, int r
   m.pending_res = rec_id;
 }
 
+void finish_stream(const Pass& ps) {
+  State& m = ps.m;
+  if (m.pending_res < 0) return;
+  const std::int64_t n = ps.T * ps.d;
+  float* h = m.h.data();
+  const float* y = m.y.data();
+#pragma omp parallel for num_threads(ps.ctx.threads) schedule(static)
+  for (std::int64_t i = 0; i < n; ++i) h[i] = h[i] + y[i];
+  if (m.rec) m.record(m.pending_res, {cs(m.rec_a), cs(m.y)}, cs(m.h));
+  m.pending_res = -1;
+}
+
 const float* branch_dropout_backward(const Pass& ps, const Mask& keep) {
   State& m = ps.m;
   if (!m.dropout_on) return m.dh.data();

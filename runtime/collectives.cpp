@@ -16,6 +16,7 @@ namespace {
 constexpr int kTagHalving = 0x4c53;  // point-to-point tags used inside the collectives
 constexpr int kTagGather = 0x4c54;
 constexpr int kTagDoubling = 0x4c55;
+constexpr int kTagExchange = 0x4c56;
 // MPI counts are int; larger transfers go in slices of this many elements.
 constexpr std::size_t kMaxCount = std::size_t{1} << 30;
 
@@ -312,6 +313,11 @@ void broadcast(const Communicator& comm, std::span<float> buf, int root) {
         "MPI_Ibcast", comm.handle());
     watchdog::watched_wait(&req, 1, comm, "MPI_Bcast");
   }
+}
+
+void exchange(const Communicator& comm, int partner, std::span<const float> mine,
+              std::span<float> theirs) {
+  sendrecv(comm, partner, kTagExchange, mine.data(), mine.size(), theirs.data(), theirs.size());
 }
 
 // The vendor float reductions stay blocking: coll/tuned's algorithm is what their bits are

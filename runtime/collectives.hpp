@@ -73,6 +73,10 @@ void tree_reduce_scatter(const Communicator& comm, std::span<const float> send,
 void allgather(const Communicator& comm, std::span<const float> mine, std::span<float> all);
 // Every rank's buf becomes root's buf.
 void broadcast(const Communicator& comm, std::span<float> buf, int root);
+// Sends `mine` to rank `partner` and receives its buffer into `theirs` (exact copies; the
+// partner calls exchange with this rank).
+void exchange(const Communicator& comm, int partner, std::span<const float> mine,
+              std::span<float> theirs);
 
 // ---- vendor (MPI) reductions: deterministic / fast modes -------------------------------
 

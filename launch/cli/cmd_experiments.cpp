@@ -34,6 +34,9 @@ Runner add_tax(CLI::App& app) {
   sub->add_option("--tp", o->tp, "tensor-parallel size")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  sub->add_option("--pp", o->pp, "pipeline-parallel stages")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   sub->add_option("--json", o->json, "write the results here (default: OUT/tax.json)");
   experiments::add_job_options(sub, *o, false,
                                "TOML config (e.g. launch/configs/bench-small.toml)");

@@ -1,11 +1,11 @@
-// `lockstep run [--np N] [--tp T] [--hostfile F | --host H[:SLOTS],...] [--bind none|core|socket]
-// [--threads T] [--mpi-arg ARG ...] [--max-restarts N [--elastic MIN:MAX]] [--dry-run] [CONFIG]
-// [--set k=v ...]`: the launcher's command line. The options go to the supervisor
-// (launch/supervise/supervisor.hpp), which validates the config for the layout (nothing
-// starts on a bad config or layout), composes the mpirun command (launch_plan.hpp), prints
-// it, runs it as a child with Open MPI's output in RUN_OUT/launcher.log, and relaunches a
-// failed job from its newest checkpoint when asked to.
-// Determinism contract: none here (the supervisor's: a relaunch keeps G2 or G4).
+// `lockstep run [--np N] [--tp T] [--pp P] [--hostfile F | --host H[:SLOTS],...]
+// [--bind none|core|socket] [--threads T] [--mpi-arg ARG ...] [--max-restarts N
+// [--elastic MIN:MAX]] [--dry-run] [CONFIG] [--set k=v ...]`: the launcher's command line. The
+// options go to the supervisor (launch/supervise/supervisor.hpp), which validates the config for
+// the layout (nothing starts on a bad config or layout), composes the mpirun command
+// (launch_plan.hpp), prints it, runs it as a child with Open MPI's output in RUN_OUT/launcher.log,
+// and relaunches a failed job from its newest checkpoint when asked to. Determinism contract: none
+// here (the supervisor's: a relaunch keeps G2 or G4).
 #include <memory>
 
 #include "launch/cli/commands.hpp"
@@ -16,9 +16,11 @@ namespace lockstep::cli {
 Runner add_run(CLI::App& app) {
   auto o = std::make_shared<supervise::RunRequest>();
   auto* sub = app.add_subcommand("run", "launch `lockstep train` on N ranks through mpirun");
-  sub->add_option("--np", o->np, "number of ranks = tp x dp (default: SLURM_NTASKS, else 1)")
+  sub->add_option("--np", o->np, "number of ranks = tp x dp x pp (default: SLURM_NTASKS, else 1)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--tp", o->tp, "tensor-parallel size (overrides parallel.tp)")
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--pp", o->pp, "pipeline-parallel stages (overrides parallel.pp)")
       ->check(CLI::PositiveNumber);
   sub->add_option("--hostfile", o->hostfile, "Open MPI hostfile ('HOST slots=N' lines)")
       ->check(CLI::ExistingFile);

@@ -101,12 +101,12 @@ int compare(const VerifyOptions& o) {
 }
 
 // The newest complete checkpoint of `run` with step < s ("" if none) and the layout of the
-// run: run.layout {world, tp} of its newest checkpoint (a run may have resumed from a
+// run: run.layout {world, tp, pp} of its newest checkpoint (a run may have resumed from a
 // checkpoint saved on another layout; its own saves carry its layout).
 struct ReplayPlan {
   std::string checkpoint;  // "" : replay from step 1
   std::int64_t ckpt_step = 0;
-  int world = 0, tp = 0;
+  int world = 0, tp = 0, pp = 1;
 };
 
 ReplayPlan plan_replay(const std::string& run, std::int64_t s) {
@@ -126,6 +126,7 @@ ReplayPlan plan_replay(const std::string& run, std::int64_t s) {
         any_step = meta.step;
         p.world = lay.at("world").get<int>();
         p.tp = lay.at("tp").get<int>();
+        p.pp = lay.value("pp", 1);
       }
     }
   }
@@ -164,6 +165,8 @@ int bisect(const VerifyOptions& o) {
                                      std::to_string(p.world),
                                      "--tp",
                                      std::to_string(p.tp),
+                                     "--pp",
+                                     std::to_string(p.pp),
                                      config,
                                      "--set",
                                      "run.resume=" + (p.checkpoint.empty() ? "none" : p.checkpoint),

@@ -47,6 +47,7 @@ int layout_check(const LayoutCheckOptions& o) {
     for (const auto mb : mbs) {
       config::Config c = base;
       c.parallel.tp = l.tp;
+      c.parallel.pp = l.pp;
       c.parallel.microbatch = mb;
       try {
         config::validate_or_throw(c, l.ranks());
@@ -68,6 +69,7 @@ int layout_check(const LayoutCheckOptions& o) {
   for (const auto& v : variants) {
     config::Config c = base;
     c.parallel.tp = v.layout.tp;
+    c.parallel.pp = v.layout.pp;
     c.parallel.microbatch = v.microbatch;
     for (const auto& g : config::guarantees(c, v.layout.ranks()).levels)
       if (g.level == "G3" && !g.holds) no_g3.push_back(v.name + ": " + g.why);
@@ -76,8 +78,10 @@ int layout_check(const LayoutCheckOptions& o) {
   std::vector<std::map<std::int64_t, std::string>> traces;
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const auto& v = variants[i];
-    std::printf("[%zu/%zu] %s (TP %d x DP %d, microbatch %lld) ...\n", i + 1, variants.size(),
-                v.name.c_str(), v.layout.tp, v.layout.dp, static_cast<long long>(v.microbatch));
+    const std::string pp = v.layout.pp > 1 ? " x PP " + std::to_string(v.layout.pp) : "";
+    std::printf("[%zu/%zu] %s (TP %d x DP %d%s, microbatch %lld) ...\n", i + 1, variants.size(),
+                v.name.c_str(), v.layout.tp, v.layout.dp, pp.c_str(),
+                static_cast<long long>(v.microbatch));
     std::fflush(stdout);
     proc::Job job;
     job.layout = v.layout;

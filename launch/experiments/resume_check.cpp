@@ -66,6 +66,7 @@ int resume_check(const ResumeCheckOptions& o, bool with_verify) {
   for (const proc::Layout& l : {la, lb}) {
     config::Config c = base;
     c.parallel.tp = l.tp;
+    c.parallel.pp = l.pp;
     config::validate_or_throw(c, l.ranks());
     std::printf("resume-check: layout %s: %s\n", l.name().c_str(),
                 config::guarantees(c, l.ranks()).summary().c_str());

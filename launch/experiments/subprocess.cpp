@@ -117,16 +117,16 @@ void ProgressEcho::finish() {
 }
 
 std::string Layout::name() const {
-  return std::to_string(tp) + "x" + std::to_string(dp);
+  return std::to_string(tp) + "x" + std::to_string(dp) + (pp > 1 ? "x" + std::to_string(pp) : "");
 }
 
 Layout parse_layout(const std::string& s) {
   Layout l;
   char tail = 0;
-  const int got = std::sscanf(s.c_str(), "%dx%d%c", &l.tp, &l.dp, &tail);
-  check(got == 2 && l.tp >= 1 && l.dp >= 1,
-        "layout '" + s + "' is not TPxDP with positive integers",
-        "write layouts like 1x1, 1x2 (DP 2), 2x1 (TP 2), 2x2");
+  const int got = std::sscanf(s.c_str(), "%dx%dx%d%c", &l.tp, &l.dp, &l.pp, &tail);
+  check((got == 2 || got == 3) && l.tp >= 1 && l.dp >= 1 && l.pp >= 1,
+        "layout '" + s + "' is not TPxDP or TPxDPxPP with positive integers",
+        "write layouts like 1x1, 1x2 (DP 2), 2x1 (TP 2), 2x2, 1x1x2 (PP 2), 2x1x2 (TP 2 x PP 2)");
   return l;
 }
 
@@ -141,7 +141,8 @@ std::int64_t parse_int(const std::string& s, const std::string& what) {
 int run_job(const Job& job, const std::function<void(const std::string&)>& on_line) {
   std::vector<std::string> argv = {self_exe(), "run",
                                    "--np",     std::to_string(job.layout.ranks()),
-                                   "--tp",     std::to_string(job.layout.tp)};
+                                   "--tp",     std::to_string(job.layout.tp),
+                                   "--pp",     std::to_string(job.layout.pp)};
   argv.insert(argv.end(), job.run_args.begin(), job.run_args.end());
   if (!job.config.empty()) argv.push_back(job.config);
   for (const auto& s : job.sets) argv.insert(argv.end(), {"--set", s});

@@ -43,11 +43,11 @@ class ProgressEcho {
   bool open_ = false;
 };
 
-// A TPxDP layout ("2x1": TP 2, DP 1).
+// A TPxDP or TPxDPxPP layout ("2x1": TP 2, DP 1; "2x1x2": TP 2, DP 1, PP 2).
 struct Layout {
-  int tp = 1, dp = 1;
-  int ranks() const { return tp * dp; }
-  std::string name() const;
+  int tp = 1, dp = 1, pp = 1;
+  int ranks() const { return tp * dp * pp; }
+  std::string name() const;  // "2x1", "2x1x2" (the PP part only when pp > 1)
 };
 Layout parse_layout(const std::string& s);  // throws naming the string and the format
 // Comma lists (runtime/text.hpp), also reachable as proc::split_list / proc::join_list.

@@ -90,14 +90,16 @@ int tax(const TaxOptions& o) {
         "--steps " + std::to_string(o.steps) + " leaves no step after --skip " +
             std::to_string(o.skip),
         "use more steps than skipped ones");
-  check(o.np % o.tp == 0,
-        "--np " + std::to_string(o.np) + " is not a multiple of --tp " + std::to_string(o.tp),
-        "np = tp x dp");
-  const proc::Layout layout{o.tp, o.np / o.tp};
+  check(o.np % (o.tp * o.pp) == 0,
+        "--np " + std::to_string(o.np) +
+            " is not a multiple of --tp x --pp = " + std::to_string(o.tp * o.pp),
+        "np = tp x dp x pp");
+  const proc::Layout layout{o.tp, o.np / (o.tp * o.pp), o.pp};
   config::Config base;
   if (!o.config.empty()) config::load_toml_file(base, o.config);
   for (const auto& s : o.sets) config::apply_override(base, s);
   base.parallel.tp = o.tp;
+  base.parallel.pp = o.pp;
   base.run.steps = o.steps;
   for (const auto& m : modes) config::validate_or_throw(config::with_run_mode(base, m), o.np);
   if (o.interleaved) {  // preflight the interleaved job itself
@@ -199,6 +201,7 @@ int tax(const TaxOptions& o) {
   j["method"] = o.interleaved ? "interleaved" : "runs";
   j["np"] = o.np;
   j["tp"] = o.tp;
+  j["pp"] = o.pp;
   j["steps"] = o.steps;
   j["skip"] = o.skip;
   j["trials"] = o.trials;

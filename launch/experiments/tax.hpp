@@ -17,6 +17,7 @@ struct TaxOptions : JobOptions {
   int skip = 2;
   int np = 1;
   int tp = 1;
+  int pp = 1;
   bool interleaved = false;
   std::string json;
 };

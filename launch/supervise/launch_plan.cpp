@@ -207,6 +207,7 @@ config::Config resolve_config(const RunRequest& r, const std::vector<std::string
   if (!r.config.empty()) config::load_toml_file(cfg, r.config);
   for (const auto& s : r.sets) config::apply_override(cfg, s);
   if (r.tp > 0) config::apply_override(cfg, "parallel.tp=" + std::to_string(r.tp));
+  if (r.pp > 0) config::apply_override(cfg, "parallel.pp=" + std::to_string(r.pp));
   for (const auto& s : extra_sets) config::apply_override(cfg, s);
   return cfg;
 }
@@ -216,6 +217,7 @@ Launch plan_launch(const RunRequest& r, const Placement& p,
   Launch l;
   std::vector<std::string> sets = r.sets;
   if (r.tp > 0) sets.push_back("parallel.tp=" + std::to_string(r.tp));
+  if (r.pp > 0) sets.push_back("parallel.pp=" + std::to_string(r.pp));
   sets.insert(sets.end(), extra_sets.begin(), extra_sets.end());
   l.cfg = resolve_config(r, extra_sets);
   const Binding b = decide_binding(r, p, l.cfg, sets);
@@ -234,10 +236,12 @@ Launch plan_launch(const RunRequest& r, const Placement& p,
                       "; Open MPI takes the hosts from the allocation and starts its daemons "
                       "with srun");
   const auto tp = static_cast<long long>(l.cfg.parallel.tp);
-  l.lines.push_back(std::to_string(p.np) + " rank(s) = TP " + std::to_string(tp) + " x DP " +
-                    std::to_string(p.np / tp) + ", " + b.threads + " thread(s) each, bind " +
-                    b.bind + (b.oversubscribe ? ", oversubscribed" : "") + "; " +
-                    config::guarantees(l.cfg, p.np).summary());
+  const auto pp = static_cast<long long>(l.cfg.parallel.pp);
+  l.lines.push_back(
+      std::to_string(p.np) + " rank(s) = TP " + std::to_string(tp) + " x DP " +
+      std::to_string(p.np / (tp * pp)) + (pp > 1 ? " x PP " + std::to_string(pp) : "") + ", " +
+      b.threads + " thread(s) each, bind " + b.bind + (b.oversubscribe ? ", oversubscribed" : "") +
+      "; " + config::guarantees(l.cfg, p.np).summary());
   std::string envline;
   if (!l.mpirun())
     for (const auto& [k, v] : l.envs) envline += k + "=" + v + " ";

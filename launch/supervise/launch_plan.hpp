@@ -34,6 +34,7 @@ std::vector<Host> parse_hosts(const std::string& list);
 struct RunRequest {
   int np = 0;  // 0: SLURM_NTASKS inside an allocation, else 1
   int tp = 0;  // 0: keep the config's parallel.tp
+  int pp = 0;  // 0: keep the config's parallel.pp
   std::string hostfile;
   std::string hosts;  // --host a:2,b:2
   std::string bind = "auto";

@@ -21,6 +21,7 @@
 #include "data/gpt_dataset.hpp"
 #include "model/config.hpp"
 #include "optim/optim_config.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "runtime/determinism.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/watchdog.hpp"
@@ -30,7 +31,9 @@
 namespace lockstep::config {
 
 struct ParallelSection {
-  std::int64_t tp = 1;          // tensor-parallel size; dp = ranks / tp
+  std::int64_t tp = 1;  // tensor-parallel size; dp = ranks / (tp x pp)
+  std::int64_t pp = 1;  // pipeline stages (contiguous equal layer ranges)
+  PipeSchedule schedule = PipeSchedule::one_f_one_b;  // the pipeline's order of passes
   std::int64_t microbatch = 1;  // sequences per forward/backward
   bool zero = false;            // distributed optimizer (ZeRO-1)
 };

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "model/pipeline_stage.hpp"
 #include "optim/grad_norm.hpp"
 #include "runtime/collectives.hpp"
 
@@ -23,6 +24,20 @@ std::vector<int> term_counts(Gpt& m) {
 }
 
 }  // namespace
+
+// The piece of a parameter this rank's pipeline stage does not hold: its place in the
+// logical tensor (this TP rank's box), no elements, not an owner.
+StatePiece GradSync::absent_piece(const std::string& name, const ParamSpec& spec) const {
+  const ShardDesc sd = spec.shard(grid_.tp_size(), grid_.tp_rank());
+  StatePiece s;
+  s.name = name;
+  s.global_shape = spec.shape;
+  s.box_offset = sd.global_offset;
+  s.box_shape = sd.local_shape();
+  s.owner = false;
+  check_piece(s);
+  return s;
+}
 
 const char* state_prefix(StateKind k) {
   switch (k) {
@@ -60,11 +75,14 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
     }
   }
   const ParamTable& table = model.table();
+  const PipelineStage& stage = model.stage();
   auto& params = model.params();
   if (zero) flat_.resize(static_cast<std::size_t>(part_.grad_block() * grid.dp_size()));
   reduced_.resize(static_cast<std::size_t>(zero ? part_.grad_block() : flat_len_));
   for (std::size_t p = 0; p < params.size(); ++p) {
-    const std::int64_t n = zero ? part_.owned(p) : params[p].numel();
+    // Parameters of other pipeline stages: no update slice here (their owners update them).
+    const bool held = stage.holds(table[p]);
+    const std::int64_t n = !held ? 0 : zero ? part_.owned(p) : params[p].numel();
     const std::int64_t first = zero ? part_.first(p) : 0;
     // One term: the reduced buffer already holds the gradient (reduced_ never moves).
     const bool own_grad = term_offset_[p].size() > 1;
@@ -74,7 +92,8 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
     float* grad = own_grad
                       ? grad_.back().data()
                       : reduced_.data() + (zero ? part_.grad_offset(p, 0) : term_offset_[p][0]);
-    const bool counted = table[p].partition_dim >= 0 || grid.tp_rank() == 0;
+    const bool counted =
+        (table[p].partition_dim >= 0 || grid.tp_rank() == 0) && stage.owns(table[p]);
     slices_.push_back({params[p].data<float>() + first, grad, m_.back().data(), v_.back().data(), n,
                        first, table[p].weight_decay, counted});
   }
@@ -125,10 +144,32 @@ void GradSync::reduce() {
   for (std::size_t p = 0; p < slices_.size(); ++p) {
     const int nt = static_cast<int>(term_offset_[p].size());
     if (nt == 1) continue;  // the slice reads reduced_ directly
-    std::vector<const float*> terms;
+    std::vector<float*> terms;
     for (int t = 0; t < nt; ++t)
       terms.push_back(reduced_.data() + (zero_ ? part_.grad_offset(p, t) : term_offset_[p][t]));
-    combine_grad_terms(terms, slices_[p].n, slices_[p].grad);
+    exchange_stage_terms(p, terms);
+    combine_grad_terms(std::vector<const float*>(terms.begin(), terms.end()), slices_[p].n,
+                       slices_[p].grad);
+  }
+}
+
+// A parameter whose terms are computed on different pipeline stages (the tied embed.weight:
+// "lookup" on the first, "head" on the last): each holder sends its fully reduced terms to the
+// other and receives theirs (exact copies of the same DP segment), so both combine the same
+// values in table order and apply the same update.
+void GradSync::exchange_stage_terms(std::size_t p, const std::vector<float*>& terms) {
+  const PipelineStage& stage = model_.stage();
+  const ParamSpec& spec = model_.table()[p];
+  if (stage.count == 1 || !stage.holds(spec)) return;
+  const std::int64_t n = slices_[p].n;
+  for (std::size_t t = 0; t < terms.size(); ++t) {
+    if (stage.holds_term(spec, t)) continue;
+    // The term lives on the other end of the pipeline (first <-> last); it needs ours.
+    const int partner = stage.first() ? stage.count - 1 : 0;
+    std::size_t mine = 0;
+    while (mine < terms.size() && !stage.holds_term(spec, mine)) ++mine;
+    exchange(grid_.pp_comm(), partner, std::span<const float>(terms[mine], n),
+             std::span<float>(terms[t], n));
   }
 }
 
@@ -162,6 +203,7 @@ float GradSync::grad_norm() const {
   for (const auto& acc : part) sq.merge(acc);
   if (zero_ || split) allreduce_square_sum(grid_.dp_comm(), sq);
   allreduce_square_sum(grid_.tp_comm(), sq);
+  if (grid_.pp_size() > 1) allreduce_square_sum(grid_.pp_comm(), sq);  // each stage's owned
   return sq.norm();
 }
 
@@ -177,19 +219,27 @@ void GradSync::publish_params() {
 
 std::vector<StatePiece> GradSync::pieces(StateKind kind) {
   const ParamTable& table = model_.table();
+  const PipelineStage& stage = model_.stage();
   auto& params = model_.params();
   std::vector<StatePiece> out;
   for (std::size_t p = 0; p < params.size(); ++p) {
     const int pi = static_cast<int>(p);
-    const bool tp_owner = table[p].partition_dim >= 0 || grid_.tp_rank() == pi % grid_.tp_size();
+    // Every rank lists every tensor (the trace's sums run over the world in table order); only
+    // the owning pipeline stage's pieces count.
+    const bool tp_owner = stage.owns(table[p]) &&
+                          (table[p].partition_dim >= 0 || grid_.tp_rank() == pi % grid_.tp_size());
     const bool dp_owner = grid_.dp_rank() == pi % grid_.dp_size();
     const std::string name = state_prefix(kind) + table[p].name;
+    if (!stage.holds(table[p])) {
+      out.push_back(absent_piece(name, table[p]));
+      continue;
+    }
     if (kind == StateKind::param) {
       out.push_back(piece_of(name, params[p], tp_owner && dp_owner));
       continue;
     }
     StatePiece s = piece_of(name, params[p], tp_owner && (zero_ || dp_owner));
-    const UpdateSlice& sl = slices_[p];
+    const UpdateSlice& sl = slices_[p];  // empty on stages that do not hold the parameter
     s.flat_begin = sl.first;
     s.flat_end = sl.first + sl.n;
     s.data = kind == StateKind::grad ? sl.grad : kind == StateKind::adam_m ? sl.m : sl.v;

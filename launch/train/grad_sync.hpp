@@ -7,6 +7,11 @@
 // Determinism contract: ZeRO on and off give identical bits (parallel/zero.hpp); the exact
 // global norm is summed with integer additions over DP segments and TP shards, so it is the
 // same on every layout; the state pieces are pure geometry.
+// Pipeline parallelism: a rank holds, reduces and updates only its stage's parameters (the others
+// are empty tensors, listed as empty non-owner pieces so every rank has the same piece list);
+// the tied embed.weight's two terms, reduced on the first and the last stage, are exchanged
+// between them and combined on both in table order, and the first stage owns it; the norm adds
+// the stages' exact sums over pp_comm.
 // Speed: one microbatch per step is packed straight into the reduction's output buffer and
 // reduced there (GradReducer::push_microbatch_deferred); a parameter with one gradient term
 // has its update slice's grad pointing into that buffer (no combine copy); only tied
@@ -60,6 +65,7 @@ class GradSync {
   // ZeRO: allgather the updated parameter segments (no-op otherwise).
   void publish_params();
   GradReducer& reducer() { return reducer_; }
+  const Gpt& model() const { return model_; }
   bool zero() const { return zero_; }
 
   // This rank's pieces of one state group, in parameter-table order, each named
@@ -69,6 +75,9 @@ class GradSync {
   std::vector<StatePiece> pieces(StateKind kind);
 
  private:
+  void exchange_stage_terms(std::size_t p, const std::vector<float*>& terms);
+  StatePiece absent_piece(const std::string& name, const ParamSpec& spec) const;
+
   Gpt& model_;
   const Grid& grid_;
   bool zero_;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/pipeline_stage.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
 #include "runtime/hash.hpp"
@@ -157,8 +158,8 @@ Fingerprints StateTrace::finish(std::int64_t step, std::uint64_t rng_fp, std::ui
 }
 
 void StateTrace::guard(std::int64_t step) {
-  const Communicator& dp = grid_.dp_comm();
-  if (dp.size() == 1) return;
+  const bool stages = grid_.pp_size() > 1;
+  if (grid_.dp_comm().size() == 1 && !stages) return;
   const std::vector<std::uint64_t> local = hash_on_threads(
       static_cast<int>(param_.size()), threads_,
       [&](int i) {
@@ -166,6 +167,31 @@ void StateTrace::guard(std::int64_t step) {
         return xxh3_64(p.data, static_cast<std::size_t>(p.size()) * sizeof(float));
       },
       hash_seconds_, hash_cpu_seconds_);
+  if (grid_.dp_comm().size() > 1) guard_replicas(step, local);
+  if (stages) guard_stages(step, local);
+}
+
+// The copies of a parameter that several pipeline stages hold (the tied embed.weight on the
+// first and the last stage) must be identical after every update.
+void StateTrace::guard_stages(std::int64_t step, const std::vector<std::uint64_t>& local) {
+  const PipelineStage& stage = sync_.model().stage();
+  const ParamTable& table = sync_.model().table();
+  std::vector<std::uint64_t> lo(local.size(), ~std::uint64_t{0}), hi(local.size(), 0);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    if (stage.holds(table[i])) lo[i] = hi[i] = local[i];
+  allreduce_u64(grid_.pp_comm(), lo, IntOp::min);
+  allreduce_u64(grid_.pp_comm(), hi, IntOp::max);
+  for (std::size_t i = 0; i < local.size(); ++i)
+    if (stage.holds(table[i]) && lo[i] != hi[i])
+      fail("replica guard: at step " + std::to_string(step) + " tensor '" + param_[i].name +
+               "' differs between the pipeline stages that hold it (this is stage " +
+               std::to_string(stage.index) + ", " + grid_.tag() + ": " + hex64(local[i]) + ")",
+           "the stages' copies of a tied parameter must receive the same update; silent data "
+           "corruption or a bug. Resume from the last checkpoint (run.resume=auto)");
+}
+
+void StateTrace::guard_replicas(std::int64_t step, const std::vector<std::uint64_t>& local) {
+  const Communicator& dp = grid_.dp_comm();
   std::vector<std::uint64_t> lo(local), hi(local);
   allreduce_u64(dp, lo, IntOp::min);
   allreduce_u64(dp, hi, IntOp::max);

@@ -11,7 +11,9 @@
 // thread count can change a value. The guard: on its steps every rank hashes all of its local
 // parameters (XXH3-64 of each piece's bytes, runtime/hash.hpp: every byte checked, several times
 // cheaper than the fingerprint) and the DP replicas of each piece compare them with exact integer
-// collectives; a mismatch stops the job with the step, the tensor and the ranks. Determinism
+// collectives; a mismatch stops the job with the step, the tensor and the ranks. Under pipeline
+// parallelism the stages that hold copies of one parameter (the tied embedding on the first and
+// the last stage) compare them the same way. Determinism
 // contract: the fingerprints are functions of the logical state only, so in invariant mode they are
 // identical on every layout; hashing reads state and never writes it.
 #pragma once
@@ -79,6 +81,8 @@ class StateTrace {
       const std::vector<const std::vector<StatePiece>*>& groups, HashKind kind);
   // XXH3-64 of every local parameter piece, compared across the DP replicas.
   void guard(std::int64_t step);
+  void guard_replicas(std::int64_t step, const std::vector<std::uint64_t>& local);
+  void guard_stages(std::int64_t step, const std::vector<std::uint64_t>& local);
 
   GradSync& sync_;
   const Communicator& world_;

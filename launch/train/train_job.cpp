@@ -1,5 +1,8 @@
 #include "launch/train/train_job.hpp"
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -9,11 +12,12 @@
 #include <string>
 
 #include "optim/clip.hpp"
+#include "parallel/pipeline_schedule.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
-#include "verify/trace.hpp"
 #include "runtime/watchdog.hpp"
+#include "verify/trace.hpp"
 
 namespace lockstep {
 namespace {
@@ -39,7 +43,8 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
       world_(mpi.world()),
       kctx_{resolve_isa(cfg.run.isa), static_cast<int>(cfg.run.threads),
             static_cast<int>(cfg.numerics.reduce_block), cfg.numerics.tree},
-      grid_(Grid::create(mpi.world(), static_cast<int>(cfg.parallel.tp))),
+      grid_(Grid::create(mpi.world(), static_cast<int>(cfg.parallel.tp),
+                         static_cast<int>(cfg.parallel.pp))),
       schedule_(config::lr_schedule(cfg)) {
   validate(kctx_);
   mpi.set_tag(grid_.tag());
@@ -74,9 +79,27 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
 
   for (const UpdateSlice& sl : sync_->slices())
     update_tensors_.push_back({sl.param, sl.grad, sl.m, sl.v, sl.n, sl.decay});
-  tokens_.resize(static_cast<std::size_t>(mb_ * ctx));
+  const std::int64_t held = grid_.pp_size() > 1 ? per_rank_ : mb_;  // sequences held at once
+  tokens_.resize(static_cast<std::size_t>(held * ctx));
   labels_.resize(tokens_.size());
-  seq_ids_.resize(static_cast<std::size_t>(mb_));
+  seq_ids_.resize(static_cast<std::size_t>(held));
+  if (grid_.pp_size() > 1) setup_pipeline();
+}
+
+// The stage's link, activation slots and transfer buffers (PP > 1).
+void TrainJob::setup_pipeline() {
+  link_ = std::make_unique<StageLink>(grid_);
+  const auto m = static_cast<std::int64_t>(plan_.passes.size());
+  slots_ = pipeline_slots(cfg_.parallel.schedule, grid_.pp_size(), grid_.pp_rank(), m);
+  model_->set_slots(slots_);
+  const PipelineStage& st = model_->stage();
+  for (const Microbatch& mbt : plan_.passes) {
+    const auto n = static_cast<std::size_t>(mbt.count * cfg_.model.context * cfg_.model.d_model);
+    recv_h_.emplace_back(st.first() ? 0 : n);
+    send_h_.emplace_back(st.last() ? 0 : n);
+    recv_dh_.emplace_back(st.last() ? 0 : n);
+    send_dh_.emplace_back(st.first() ? 0 : n);
+  }
 }
 
 StepResult TrainJob::run_step(std::int64_t step) {
@@ -85,7 +108,7 @@ StepResult TrainJob::run_step(std::int64_t step) {
   watchdog::set_phase("forward/backward");
   ops_->begin_step(step);
   sync_->begin_step();
-  r.loss = forward_backward(step);
+  r.loss = grid_.pp_size() > 1 ? pipeline_forward_backward(step) : forward_backward(step);
   watchdog::set_phase("grad sync");
   sync_->reduce();  // canonical DP reduction, terms combined: this rank's update slices
   const auto tv0 = Clock::now();
@@ -117,7 +140,24 @@ StepResult TrainJob::run_step(std::int64_t step) {
   r.fp = state_->finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg_.run.seed), step + 1),
                         data_fingerprint(sampler_->to_json().dump()));
   r.verify_seconds += std::chrono::duration<double>(Clock::now() - tv1).count();
+  if (link_) pipeline_metrics(r);
   return r;
+}
+
+// Every rank's pipeline wait of the step and peak RSS, gathered for metrics.jsonl (PP > 1).
+void TrainJob::pipeline_metrics(StepResult& r) {
+  rusage ru{};
+  check(getrusage(RUSAGE_SELF, &ru) == 0,
+        "getrusage failed on rank " + std::to_string(world_.rank()),
+        "needed for metrics.jsonl's peak_rss_mib");
+  const float mine[2] = {static_cast<float>(link_->take_wait_seconds() * 1e3),
+                         static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0)};
+  std::vector<float> all(static_cast<std::size_t>(2 * world_.size()));
+  allgather(world_, mine, all);
+  for (std::size_t i = 0; i < all.size(); i += 2) {
+    r.pipeline_wait_ms.push_back(all[i]);
+    r.peak_rss_mib.push_back(all[i + 1]);
+  }
 }
 
 // Every microbatch of this rank through the model (gradients pushed to the reducer), and the
@@ -141,6 +181,68 @@ float TrainJob::forward_backward(std::int64_t step) {
   loss_counter.result(&loss_sum);
   allreduce_sum(cfg_.run.determinism, grid_.dp_comm(), std::span<float>(&loss_sum, 1));
   return loss_sum / static_cast<float>(G * ctx);
+}
+
+// This stage's passes in the schedule's order (parallel/pipeline_schedule.hpp): activations
+// arrive from the previous stage and leave for the next, gradients the other way, every receive
+// posted at the start. Backwards run in microbatch order on every stage, so the gradient
+// combiner gets the same nodes in the same order as forward_backward; the loss is the last
+// stage's, combined as there and then copied to every stage.
+float TrainJob::pipeline_forward_backward(std::int64_t step) {
+  const std::int64_t G = cfg_.data.global_batch, ctx = cfg_.model.context;
+  const float loss_scale = 1.0f / static_cast<float>(G * ctx);
+  const PipelineStage& st = model_->stage();
+  const auto m = static_cast<std::int64_t>(plan_.passes.size());
+  fill_batch();
+  for (std::int64_t i = 0; i < m; ++i) {
+    if (!st.first()) link_->post_recv_forward(i, recv_h_[i].data(), std::ssize(recv_h_[i]));
+    if (!st.last()) link_->post_recv_backward(i, recv_dh_[i].data(), std::ssize(recv_dh_[i]));
+  }
+  TreeCombiner loss_counter(1, plan_.tree, plan_.leaves);
+  for (const PipeAction& a : pipeline_actions(cfg_.parallel.schedule, st.count, st.index, m)) {
+    const std::int64_t i = a.microbatch, slot = i % slots_;
+    const Microbatch& mbt = plan_.passes[static_cast<std::size_t>(i)];
+    const std::int32_t* tok = tokens_.data() + mbt.first * ctx;
+    const std::int32_t* lab = labels_.data() + mbt.first * ctx;
+    if (a.forward) {
+      if (!st.first()) link_->wait_recv_forward(i);
+      const float loss = model_->forward_stage(slot, tok, lab, seq_ids_.data() + mbt.first,
+                                               mbt.count, step, recv_h_[i].data());
+      if (st.last()) {
+        loss_counter.push_node(&loss, mbt.width);
+        continue;
+      }
+      std::ranges::copy(model_->stage_output(slot), send_h_[i].begin());
+      link_->send_forward(i, send_h_[i].data(), std::ssize(send_h_[i]));
+    } else {
+      if (!st.last()) link_->wait_recv_backward(i);
+      model_->backward_stage(slot, tok, lab, loss_scale, recv_dh_[i].data());
+      sync_->push_microbatch(mbt.width);
+      if (st.first()) continue;
+      std::ranges::copy(model_->stage_input_grad(), send_dh_[i].begin());
+      link_->send_backward(i, send_dh_[i].data(), std::ssize(send_dh_[i]));
+    }
+  }
+  link_->wait_sends();
+  float loss_sum = 0;
+  if (st.last()) {
+    loss_counter.result(&loss_sum);
+    allreduce_sum(cfg_.run.determinism, grid_.dp_comm(), std::span<float>(&loss_sum, 1));
+  }
+  broadcast(grid_.pp_comm(), std::span<float>(&loss_sum, 1), st.count - 1);
+  return loss_sum / static_cast<float>(G * ctx);
+}
+
+// Every microbatch's sequences of this step at once (a stage holds several in flight).
+void TrainJob::fill_batch() {
+  const std::int64_t ctx = cfg_.model.context;
+  const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
+  for (const Microbatch& mbt : plan_.passes) {
+    sampler_->fill_sequences(*dataset_, dp, dp_rank, mbt.first, mbt.count,
+                             tokens_.data() + mbt.first * ctx, labels_.data() + mbt.first * ctx);
+    for (std::int64_t j = 0; j < mbt.count; ++j)
+      seq_ids_[mbt.first + j] = dp_rank * per_rank_ + mbt.first + j;
+  }
 }
 
 // Clip and AdamW over every update slice, chunk by chunk on all threads; `step` is AdamW's
@@ -174,6 +276,11 @@ void TrainJob::flip_bit(std::int64_t step) {
   const config::BitFlip& flip = cfg_.debug.bitflip;
   if (!flip.on() || flip.rank != world_.rank() || flip.step != step) return;
   Tensor& t = model_->params()[bitflip_param_];
+  if (t.numel() == 0) {  // another pipeline stage's parameter
+    std::fprintf(stderr, "debug.bitflip: rank %d (%s) does not hold param/%s; nothing flipped\n",
+                 world_.rank(), grid_.tag().c_str(), model_->table()[bitflip_param_].name.c_str());
+    return;
+  }
   std::uint32_t bits;
   std::memcpy(&bits, t.data<float>(), sizeof bits);
   bits ^= 1u;
@@ -209,8 +316,7 @@ Nonfinite TrainJob::locate_nonfinite() const {
   if (first == std::numeric_limits<std::uint64_t>::max()) return nf;
   nf.tensor = model_->table()[static_cast<std::size_t>(first / world)].name;
   nf.rank = static_cast<int>(first % world);
-  nf.tag = "tp" + std::to_string(nf.rank % grid_.tp_size()) + "-dp" +
-           std::to_string(nf.rank / grid_.tp_size());
+  nf.tag = grid_.tag_of(nf.rank);
   return nf;
 }
 

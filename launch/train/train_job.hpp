@@ -27,10 +27,11 @@
 #include "launch/train/config.hpp"
 #include "launch/train/grad_sync.hpp"
 #include "launch/train/state_trace.hpp"
-#include "parallel/microbatch_plan.hpp"
 #include "model/gpt.hpp"
 #include "optim/adamw.hpp"
 #include "optim/lr_schedule.hpp"
+#include "parallel/microbatch_plan.hpp"
+#include "parallel/stage_link.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/grid.hpp"
 #include "verify/op_trace.hpp"
@@ -55,6 +56,9 @@ struct StepResult {
   std::optional<Nonfinite> nonfinite;  // set when the loss or the gradient norm is not finite
   bool stopped = false;                // the guard stopped the step before its update
   bool skipped = false;                // the guard skipped the step (optim.on_nonfinite=skip)
+  // PP > 1 only, by world rank: the seconds the rank waited for its pipeline neighbours in the
+  // step (its share of the bubble, plus transfers), and its peak resident memory (MiB).
+  std::vector<float> pipeline_wait_ms, peak_rss_mib;
 };
 
 class TrainJob {
@@ -85,6 +89,10 @@ class TrainJob {
 
  private:
   float forward_backward(std::int64_t step);  // every microbatch of this rank; the loss
+  float pipeline_forward_backward(std::int64_t step);  // the same as a pipeline stage (PP > 1)
+  void fill_batch();  // every microbatch's tokens, labels and sequence ids of this step
+  void setup_pipeline();
+  void pipeline_metrics(StepResult& r);
   void update(std::int64_t step, float grad_norm, float lr);  // clip + AdamW (+ op records)
   void flip_bit(std::int64_t step);    // debug.bitflip's hook, after the update
   void inject_nan(std::int64_t step);  // debug.nan's hook, after the gradient fingerprint
@@ -107,8 +115,14 @@ class TrainJob {
   std::size_t nan_param_ = 0;                  // debug.nan's tensor (when on)
   std::int64_t skipped_ = 0;                   // steps skipped by the non-finite guard
   std::vector<AdamWTensor> update_tensors_;    // the update slices, for the fused clip + AdamW
-  std::vector<std::int32_t> tokens_, labels_;  // [mb * context]
-  std::vector<std::int64_t> seq_ids_;          // [mb]
+  std::vector<std::int32_t> tokens_, labels_;  // [mb * context] ([per_rank * context] with PP)
+  std::vector<std::int64_t> seq_ids_;          // [mb] ([per_rank] with PP)
+  // Pipeline parallelism: the link to the neighbouring stages, the stage's activation slots,
+  // and per microbatch the buffers of what is received and sent (the residual stream forward,
+  // its gradient backward).
+  std::unique_ptr<StageLink> link_;
+  std::int64_t slots_ = 1;
+  std::vector<std::vector<float>> recv_h_, recv_dh_, send_h_, send_dh_;
 };
 
 }  // namespace lockstep

@@ -124,13 +124,10 @@ nlohmann::ordered_json run_state(const config::Config& cfg, const Grid& grid, in
   r["contract"] = {{"determinism", determinism_name(cfg.run.determinism)},
                    {"reduce_block", cfg.numerics.reduce_block},
                    {"tree", std::string(enum_name(cfg.numerics.tree))}};
-  r["layout"] = {{"world", world_size},
-                 {"tp", grid.tp_size()},
-                 {"dp", grid.dp_size()},
-                 {"zero", cfg.parallel.zero},
-                 {"microbatch", cfg.parallel.microbatch},
-                 {"threads", kctx.threads},
-                 {"isa", isa_name(kctx.isa)}};
+  r["layout"] = {{"world", world_size},       {"tp", grid.tp_size()},
+                 {"dp", grid.dp_size()},      {"pp", grid.pp_size()},
+                 {"zero", cfg.parallel.zero}, {"microbatch", cfg.parallel.microbatch},
+                 {"threads", kctx.threads},   {"isa", isa_name(kctx.isa)}};
   r["sampler"] = sampler.to_json();
   r["skipped_steps"] = skipped_steps;
   r["rng"] = {{"seed", cfg.run.seed}, {"next_step", step + 1}};
@@ -209,6 +206,7 @@ Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& wor
   const auto& lay = meta.run.at("layout");
   r.note = "resumed from " + r.dir + " (step " + std::to_string(r.step) + ", saved on TP " +
            lay.at("tp").dump() + " x DP " + lay.at("dp").dump() +
+           (lay.value("pp", 1) > 1 ? " x PP " + lay.at("pp").dump() : "") +
            (lay.at("zero").get<bool>() ? " with ZeRO" : "") + ")" +
            (cfg.ckpt.load_optim ? "" : ", AdamW moments restarted at zero") +
            (cfg.ckpt.load_data ? "" : ", data order restarted");
@@ -216,14 +214,39 @@ Resumed resume(const config::Config& cfg, TrainJob& job, const Communicator& wor
 }
 
 // ---- the start-up lines (rank 0) ----------------------------------------------------------
+// "pipeline: 2 stages of 2 layers, 1f1b, 8 microbatches per step, bubble 11% ...", with a
+// warning and the microbatch count that brings the bubble under 25% when it is above.
+std::string pipeline_line(const config::Config& cfg, const TrainJob& job) {
+  const int p = job.grid().pp_size();
+  const std::int64_t m = job.microbatches();
+  const double bubble = pipeline_bubble(p, m);
+  char buf[320];
+  std::snprintf(buf, sizeof buf,
+                "pipeline: %d stages of %lld layers, %s, %lld microbatches per step, bubble %.0f%% "
+                "(model (p-1)/(m+p-1)), stage 0 holds %lld microbatches of activations",
+                p, static_cast<long long>(cfg.model.layers / p),
+                std::string(enum_name(cfg.parallel.schedule)).c_str(), static_cast<long long>(m),
+                100.0 * bubble,
+                static_cast<long long>(pipeline_slots(cfg.parallel.schedule, p, 0, m)));
+  std::string line = buf;
+  if (bubble > 0.25)
+    line += "\n  warning: the pipeline idles " +
+            std::to_string(static_cast<int>(100 * bubble + 0.5)) + "% of the step; " +
+            std::to_string(microbatches_for_bubble(p, 0.25)) +
+            " or more microbatches per step and DP rank bring it under 25% (smaller "
+            "parallel.microbatch or larger data.global_batch)";
+  return line;
+}
+
 void print_banner(const config::Config& cfg, const TrainJob& job, int world_size,
                   const Resumed& resumed, const std::string& driver_line) {
   const Grid& grid = job.grid();
   const ModelConfig& m = job.model().config();
+  const std::string pp = grid.pp_size() > 1 ? " x PP " + std::to_string(grid.pp_size()) : "";
   std::printf(
-      "lockstep train: %s, %d rank(s) = TP %d x DP %d, microbatch %lld (%lld passes per rank), "
+      "lockstep train: %s, %d rank(s) = TP %d x DP %d%s, microbatch %lld (%lld passes per rank), "
       "%d thread(s), %s, ISA %s, GEMM %s\n",
-      determinism_name(cfg.run.determinism), world_size, grid.tp_size(), grid.dp_size(),
+      determinism_name(cfg.run.determinism), world_size, grid.tp_size(), grid.dp_size(), pp.c_str(),
       static_cast<long long>(job.microbatch()), static_cast<long long>(job.microbatches()),
       job.kctx().threads, cfg.run.out.c_str(), isa_name(job.kctx().isa),
       gemm_impl_name(job.model().tp().gemm_impl()));
@@ -242,6 +265,7 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
               static_cast<long long>(job.dataset().num_samples()),
               static_cast<long long>(cfg.model.context),
               static_cast<long long>(cfg.data.global_batch));
+  if (grid.pp_size() > 1) std::printf("  %s\n", pipeline_line(cfg, job).c_str());
   std::printf("  guarantees: %s\n", config::guarantees(cfg, world_size).summary().c_str());
   if (!resumed.note.empty()) std::printf("  %s\n", resumed.note.c_str());
   if (!driver_line.empty()) std::printf("  %s\n", driver_line.c_str());
@@ -344,6 +368,10 @@ class StepLog {
     mj["verify_cpu_ms"] = hash_cpu_secs * 1e3;  // verify_ms's work, CPU time of all threads
     mj["cpu_ms"] = t.cpu_seconds * 1e3;         // the step's CPU time, all threads of rank 0
     mj["tokens_per_s"] = tps;
+    if (!r.pipeline_wait_ms.empty()) {  // by world rank
+      mj["pipeline_wait_ms"] = r.pipeline_wait_ms;
+      mj["peak_rss_mib"] = r.peak_rss_mib;
+    }
     files_.metrics->write(mj.dump());
     const std::int64_t done = step - start_;
     const double per_step =

@@ -1,9 +1,12 @@
 #include "launch/train/validate.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "model/gpt.hpp"
 #include "model/param_table.hpp"
+#include "model/pipeline_stage.hpp"
+#include "parallel/microbatch_plan.hpp"
 #include "runtime/error.hpp"
 
 namespace lockstep::config {
@@ -51,6 +54,27 @@ std::vector<std::string> name_problems(const Config& c) {
   return p;
 }
 
+// The microbatches per step and DP rank (MicrobatchPlan's passes), when the batch splits.
+std::int64_t passes_per_rank(const Config& c, std::int64_t dp) {
+  const std::int64_t G = c.data.global_batch, mb = c.parallel.microbatch;
+  if (dp < 1 || G < 1 || mb < 1 || G % dp != 0 || mb > G / dp) return 0;
+  if (c.numerics.tree == TreeShape::pow2 && (G / dp) % mb != 0) return 0;
+  return static_cast<std::int64_t>(plan_microbatches(c.numerics.tree, G / dp, mb).passes.size());
+}
+
+// 1F1B fills the pipeline only with at least one microbatch per stage.
+std::vector<std::string> pipeline_schedule_problems(const Config& c, std::int64_t dp) {
+  std::vector<std::string> p;
+  const std::int64_t pp = c.parallel.pp, m = passes_per_rank(c, dp);
+  if (pp <= 1 || m == 0 || c.parallel.schedule != PipeSchedule::one_f_one_b || m >= pp) return p;
+  p.push_back("parallel.schedule = 1f1b needs at least parallel.pp = " + str(pp) +
+              " microbatches per step and DP rank, but global_batch / dp / microbatch gives " +
+              str(m) + "; use parallel.microbatch " +
+              str(std::max<std::int64_t>(1, c.data.global_batch / dp / pp)) +
+              " or less, or a larger data.global_batch");
+  return p;
+}
+
 }  // namespace
 
 std::vector<std::string> config_problems(const Config& c, int world_size) {
@@ -58,13 +82,19 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
   auto need = [&](bool ok, const std::string& msg) {
     if (!ok) p.push_back(msg);
   };
-  const std::int64_t tp = c.parallel.tp;
+  const std::int64_t tp = c.parallel.tp, pp = c.parallel.pp;
   need(tp >= 1, "parallel.tp = " + str(tp) + " must be >= 1");
-  need(world_size >= 1 && tp >= 1 && world_size % tp == 0,
-       "ranks = " + str(world_size) + " is not a multiple of parallel.tp = " + str(tp) +
-           " (ranks = tp x dp); use --np a multiple of tp");
+  const bool grid_ok = world_size >= 1 && tp >= 1 && pp >= 1 && world_size % (tp * pp) == 0;
+  if (pp == 1)
+    need(grid_ok, "ranks = " + str(world_size) + " is not a multiple of parallel.tp = " + str(tp) +
+                      " (ranks = tp x dp); use --np a multiple of tp");
+  else if (pp > 1 && tp >= 1)
+    need(grid_ok, "ranks = " + str(world_size) +
+                      " is not a multiple of parallel.tp x parallel.pp = " + str(tp) + " x " +
+                      str(pp) + " (ranks = tp x dp x pp); use --np a multiple of " + str(tp * pp));
   for (auto& line : model_config_problems(c.model, tp)) p.push_back(std::move(line));
-  const std::int64_t dp = (tp >= 1 && world_size % tp == 0) ? world_size / tp : 1;
+  for (auto& line : pipeline_problems(c.model, pp)) p.push_back(std::move(line));
+  const std::int64_t dp = grid_ok ? world_size / (tp * pp) : 1;
   const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
   need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");
   need(G >= 1, "data.global_batch = " + str(G) + " must be >= 1");
@@ -80,6 +110,7 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
          "parallel.microbatch = " + str(mb) + " exceeds the " + str(G / dp) +
              " sequences per DP rank (global_batch / dp)");
   }
+  for (auto& line : pipeline_schedule_problems(c, dp)) p.push_back(std::move(line));
   for (auto& line : optim_config_problems(c.optim)) p.push_back(std::move(line));
   need(c.run.steps >= 0, "run.steps must be >= 0");
   need(c.run.threads >= 0, "run.threads must be >= 0 (0: cores / ranks)");
@@ -128,7 +159,8 @@ std::string GuaranteeReport::summary() const {
 GuaranteeReport guarantees(const Config& c, int world_size) {
   GuaranteeReport r;
   const Determinism mode = c.run.determinism;
-  const std::int64_t tp = c.parallel.tp, dp = world_size / tp, B = c.numerics.reduce_block;
+  const std::int64_t tp = c.parallel.tp, dp = world_size / (tp * c.parallel.pp),
+                     B = c.numerics.reduce_block;
   if (mode == Determinism::fast) {
     const std::string why = "determinism = fast may use nondeterministic kernels and orders";
     for (const char* g : {"G1", "G2", "G3", "G4"}) r.levels.push_back({g, false, why});
