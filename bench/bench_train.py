@@ -12,7 +12,8 @@ plus the FMA peak (bench_fma_peak, 2 threads) once per round. Builds nothing.
 Per configuration: median ms/step over the steady-state steps of all its runs (the first
 --warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
 (2 threads; the highest median seen over the rounds), and for lockstep the determinism tax
-= ms(mode) / ms(fast) - 1 at the same layout.
+= ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its largest rank (every rank
+runs under /usr/bin/time, which reports its maximum resident set size).
 
 Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the parameters in
 matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
@@ -142,6 +143,18 @@ def thread_env(threads):
     return env
 
 
+# Every rank runs under GNU time (Debian's `time` package), which prints its peak RSS (KiB)
+# when the rank exits; without it the RSS column stays empty.
+RSS_TAG = "bench_train peak_rss_kib"
+TIME_RSS = ["/usr/bin/time", "-f", f"{RSS_TAG} %M"] if os.access("/usr/bin/time", os.X_OK) else []
+
+
+def peak_rss_mib(text):
+    """The largest rank's peak resident memory (MiB) from TIME_RSS's lines."""
+    kib = [int(m) for m in re.findall(RSS_TAG + r" (\d+)", text)]
+    return round(max(kib) / 1024, 1) if kib else None
+
+
 def run_cmd(cmd, env, timeout):
     t0 = time.time()
     p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -159,7 +172,7 @@ def run_lockstep(a, cfg, tmp, tag):
     cmd = []
     if cfg["np"] > 1:
         cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
-    cmd += [a.lockstep, "train", a.config,
+    cmd += TIME_RSS + [a.lockstep, "train", a.config,
             "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
             "--set", f"run.threads={cfg['threads']}", "--set", f"run.determinism={cfg['mode']}",
             "--set", f"parallel.microbatch={mb}"]
@@ -172,7 +185,8 @@ def run_lockstep(a, cfg, tmp, tag):
     g = re.search(r"guarantees:\s*(.*)", text)
     steady = [r["ms"] for r in rows[a.warmup:]]
     return {"step_ms": steady, "loss_last": rows[-1]["loss"], "wall_s": round(wall, 2),
-            "guarantees": g.group(1).strip() if g else None, "microbatch": mb}
+            "guarantees": g.group(1).strip() if g else None, "microbatch": mb,
+            "peak_rss_mib": peak_rss_mib(text)}
 
 
 def run_torch(a, cfg, tmp, tag, peak):
@@ -181,7 +195,7 @@ def run_torch(a, cfg, tmp, tag, peak):
     if cfg["np"] > 1:
         cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
     init = f"file://{Path(tmp) / (tag + '.init')}"
-    cmd += [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
+    cmd += TIME_RSS + [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
             "--steps", str(a.steps - a.warmup), "--warmup", str(a.warmup),
             "--microbatch", str(mb), "--init", init, "--step-times",
             "--global-batch", str(GLOBAL_BATCH), "--vocab", str(MODEL["vocab"]),
@@ -195,7 +209,7 @@ def run_torch(a, cfg, tmp, tag, peak):
         raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
     j = json.loads(line)
     return {"step_ms": j["step_ms"], "loss_last": j["loss_last"], "wall_s": round(wall, 2),
-            "guarantees": None, "microbatch": mb}
+            "guarantees": None, "microbatch": mb, "peak_rss_mib": peak_rss_mib(text)}
 
 
 def run_peak(a):
@@ -235,8 +249,9 @@ def md_table(configs, peak, fpt, n_matmul, meta):
                  f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
     lines.append("")
     lines.append("| impl | mode | np x threads | mb/rank | ms/step (median) | min–max | tokens/s "
-                 "| GFLOP/s | MFU | tax vs fast | tax (interleaved) [95% CI] | guarantees |")
-    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+                 "| GFLOP/s | MFU | peak RSS MiB (largest rank) | tax vs fast "
+                 "| tax (interleaved) [95% CI] | guarantees |")
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for c in configs:
         tax = "" if c.get("tax") is None else f"{100 * c['tax']:+.1f}%"
         ti = c.get("tax_interleaved")
@@ -245,7 +260,8 @@ def md_table(configs, peak, fpt, n_matmul, meta):
         lines.append(
             f"| {c['impl']} | {c['mode']} | {c['np']} x {c['threads']} | {c['microbatch']} "
             f"| {c['ms_median']:.1f} | {c['ms_min']:.0f}–{c['ms_max']:.0f} "
-            f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% | {tax} "
+            f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% "
+            f"| {c.get('peak_rss_mib') or ''} | {tax} "
             f"| {itax} | {c.get('guarantees') or ''} |")
     return "\n".join(lines)
 
@@ -372,7 +388,9 @@ def main():
              "ms_median": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
              "ms_run_medians": [round(x["ms_median"], 2) for x in rs],
              "tokens_per_s": round(tps, 1), "gflops": round(gfl, 2), "mfu": round(gfl / peak, 4),
-             "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"], "tax": None,
+             "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"],
+             "peak_rss_mib": max((x.get("peak_rss_mib") or 0 for x in rs), default=0) or None,
+             "tax": None,
              "tax_interleaved": None}
         if c["impl"] == "lockstep" and (c["np"], c["threads"]) in taxes:
             t = taxes[(c["np"], c["threads"])].get(c["mode"])

@@ -171,6 +171,12 @@ void Gpt::set_slots(std::int64_t n) {
   for (ForwardState& f : impl_->slots) f.acts.resize(static_cast<std::size_t>(cfg_.layers));
 }
 
+std::int64_t Gpt::forward_state_bytes() const {
+  std::int64_t b = static_cast<const ForwardState&>(*impl_).bytes();
+  for (const ForwardState& f : impl_->slots) b += f.bytes();
+  return b;
+}
+
 void Gpt::swap_slot(std::int64_t slot) {
   check(
       slot >= 0 && slot < static_cast<std::int64_t>(impl_->slots.size()),

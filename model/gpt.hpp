@@ -156,6 +156,10 @@ class Gpt {
   // ---- pipeline parallelism (docs/design.md section 8) -----------------------------------
   // A stage holds the forward state of up to `n` microbatches at once (activation slots).
   void set_slots(std::int64_t n);
+  // The bytes held by the forward state of every slot (activations, masks, statistics,
+  // logits: what the backward reads), as allocated so far; after a training step
+  // model/memory_footprint.hpp's forward_state_bytes times the slots in use.
+  std::int64_t forward_state_bytes() const;
   // This stage's forward of one microbatch into activation slot `slot`: the embedding on the
   // first stage (tokens), else h_in [mb * context, d_model] (the previous stage's output);
   // then the stage's layers; on the last stage the head and the loss (returned: the csum of

@@ -104,6 +104,23 @@ struct ForwardState {
   // pass (residual_layernorm_forward, same bits); pending_res: the op id of that residual add
   // (recorded right after it, before the LayerNorm), or -1 when none is pending.
   int pending_res = -1;
+
+  // The bytes of every buffer above (model/memory_footprint.cpp counts the same buffers from
+  // the config: a new buffer goes into both).
+  std::int64_t bytes() const {
+    auto n = [](const auto& v) { return static_cast<std::int64_t>(v.size() * sizeof(v[0])); };
+    std::int64_t b = n(pos_of) + n(seq_ids) + n(keep0);
+    for (const Buf* x :
+         {&h, &y, &xhatf, &rstdf, &hf, &logits, &cmax, &csumexp, &ce_scratch, &loss_tok})
+      b += n(*x);
+    for (const LayerActs& a : acts) {
+      for (const Buf* x : {&a.xhat1, &a.rstd1, &a.a1, &a.q, &a.k, &a.v, &a.probs, &a.probs_d, &a.o,
+                           &a.xhat2, &a.rstd2, &a.a2, &a.u, &a.g, &a.qkv})
+        b += n(*x);
+      for (const Mask* x : {&a.keep_attn, &a.keep_proj, &a.keep_fc2}) b += n(*x);
+    }
+    return b;
+  }
 };
 
 // Gpt::Impl: parameter indices, the forward's state and activations (ForwardState), the

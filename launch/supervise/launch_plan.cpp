@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "launch/experiments/subprocess.hpp"
+#include "launch/train/memory_estimate.hpp"
 #include "launch/train/validate.hpp"
 #include "lockstep/build_info.hpp"
 #include "lockstep/mpirun_flags.hpp"
@@ -212,6 +213,34 @@ config::Config resolve_config(const RunRequest& r, const std::vector<std::string
   return cfg;
 }
 
+namespace {
+// /proc/meminfo's MemAvailable in bytes; -1 when it cannot be read.
+std::int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kib = 0;
+  std::string unit;
+  while (in >> key >> kib >> unit)
+    if (key == "MemAvailable:") return kib * 1024;
+  return -1;
+}
+
+// A warning when every rank of a one-host job together is estimated to need more memory than
+// the host has available (an estimate: the job is still launched).
+std::string memory_warning(const config::Config& cfg, int np) {
+  const std::int64_t avail = available_memory();
+  if (avail <= 0) return "";
+  std::int64_t need = np * config::kProcessBytes;  // the processes themselves
+  for (const auto& st : config::memory_estimate(cfg, np))
+    need += st.total() * (np / cfg.parallel.pp);
+  if (need <= avail) return "";
+  return "warning: the " + std::to_string(np) + " ranks are estimated to need " +
+         config::human_bytes(need) + ", more than the " + config::human_bytes(avail) +
+         " this host has available; a smaller parallel.microbatch, more pipeline stages "
+         "(--pp), ZeRO (parallel.zero) or more hosts would reduce it";
+}
+}  // namespace
+
 Launch plan_launch(const RunRequest& r, const Placement& p,
                    const std::vector<std::string>& extra_sets) {
   Launch l;
@@ -242,6 +271,11 @@ Launch plan_launch(const RunRequest& r, const Placement& p,
       std::to_string(p.np / (tp * pp)) + (pp > 1 ? " x PP " + std::to_string(pp) : "") + ", " +
       b.threads + " thread(s) each, bind " + b.bind + (b.oversubscribe ? ", oversubscribed" : "") +
       "; " + config::guarantees(l.cfg, p.np).summary());
+  for (auto& line : config::memory_lines(l.cfg, p.np)) l.lines.push_back(std::move(line));
+  if (p.hosts.empty() && !p.slurm) {
+    const std::string warn = memory_warning(l.cfg, p.np);
+    if (!warn.empty()) l.lines.push_back(warn);
+  }
   std::string envline;
   if (!l.mpirun())
     for (const auto& [k, v] : l.envs) envline += k + "=" + v + " ";

@@ -144,19 +144,23 @@ StepResult TrainJob::run_step(std::int64_t step) {
   return r;
 }
 
-// Every rank's pipeline wait of the step and peak RSS, gathered for metrics.jsonl (PP > 1).
+// Every rank's pipeline wait of the step, peak RSS and forward-state bytes
+// (Gpt::forward_state_bytes, in MiB), gathered for metrics.jsonl (PP > 1).
 void TrainJob::pipeline_metrics(StepResult& r) {
   rusage ru{};
   check(getrusage(RUSAGE_SELF, &ru) == 0,
         "getrusage failed on rank " + std::to_string(world_.rank()),
         "needed for metrics.jsonl's peak_rss_mib");
-  const float mine[2] = {static_cast<float>(link_->take_wait_seconds() * 1e3),
-                         static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0)};
-  std::vector<float> all(static_cast<std::size_t>(2 * world_.size()));
+  const float mine[3] = {
+      static_cast<float>(link_->take_wait_seconds() * 1e3),
+      static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0),
+      static_cast<float>(static_cast<double>(model_->forward_state_bytes()) / (1024.0 * 1024.0))};
+  std::vector<float> all(static_cast<std::size_t>(3 * world_.size()));
   allgather(world_, mine, all);
-  for (std::size_t i = 0; i < all.size(); i += 2) {
+  for (std::size_t i = 0; i < all.size(); i += 3) {
     r.pipeline_wait_ms.push_back(all[i]);
     r.peak_rss_mib.push_back(all[i + 1]);
+    r.activation_mib.push_back(all[i + 2]);
   }
 }
 

@@ -57,8 +57,9 @@ struct StepResult {
   bool stopped = false;                // the guard stopped the step before its update
   bool skipped = false;                // the guard skipped the step (optim.on_nonfinite=skip)
   // PP > 1 only, by world rank: the seconds the rank waited for its pipeline neighbours in the
-  // step (its share of the bubble, plus transfers), and its peak resident memory (MiB).
-  std::vector<float> pipeline_wait_ms, peak_rss_mib;
+  // step (its share of the bubble, plus transfers), its peak resident memory and what its
+  // activation slots hold (Gpt::forward_state_bytes), in MiB.
+  std::vector<float> pipeline_wait_ms, peak_rss_mib, activation_mib;
 };
 
 class TrainJob {

@@ -16,6 +16,7 @@
 #include "checkpoint/checkpoint.hpp"
 #include "data/sampler.hpp"
 #include "launch/train/exit_status.hpp"
+#include "launch/train/memory_estimate.hpp"
 #include "launch/train/preemption.hpp"
 #include "launch/train/run_lock.hpp"
 #include "launch/train/state_trace.hpp"
@@ -266,6 +267,8 @@ void print_banner(const config::Config& cfg, const TrainJob& job, int world_size
               static_cast<long long>(cfg.model.context),
               static_cast<long long>(cfg.data.global_batch));
   if (grid.pp_size() > 1) std::printf("  %s\n", pipeline_line(cfg, job).c_str());
+  for (const auto& line : config::memory_lines(cfg, world_size))
+    std::printf("  %s\n", line.c_str());
   std::printf("  guarantees: %s\n", config::guarantees(cfg, world_size).summary().c_str());
   if (!resumed.note.empty()) std::printf("  %s\n", resumed.note.c_str());
   if (!driver_line.empty()) std::printf("  %s\n", driver_line.c_str());
@@ -371,6 +374,7 @@ class StepLog {
     if (!r.pipeline_wait_ms.empty()) {  // by world rank
       mj["pipeline_wait_ms"] = r.pipeline_wait_ms;
       mj["peak_rss_mib"] = r.peak_rss_mib;
+      mj["activation_mib"] = r.activation_mib;
     }
     files_.metrics->write(mj.dump());
     const std::int64_t done = step - start_;

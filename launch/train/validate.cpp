@@ -54,14 +54,6 @@ std::vector<std::string> name_problems(const Config& c) {
   return p;
 }
 
-// The microbatches per step and DP rank (MicrobatchPlan's passes), when the batch splits.
-std::int64_t passes_per_rank(const Config& c, std::int64_t dp) {
-  const std::int64_t G = c.data.global_batch, mb = c.parallel.microbatch;
-  if (dp < 1 || G < 1 || mb < 1 || G % dp != 0 || mb > G / dp) return 0;
-  if (c.numerics.tree == TreeShape::pow2 && (G / dp) % mb != 0) return 0;
-  return static_cast<std::int64_t>(plan_microbatches(c.numerics.tree, G / dp, mb).passes.size());
-}
-
 // 1F1B fills the pipeline only with at least one microbatch per stage.
 std::vector<std::string> pipeline_schedule_problems(const Config& c, std::int64_t dp) {
   std::vector<std::string> p;
@@ -76,6 +68,13 @@ std::vector<std::string> pipeline_schedule_problems(const Config& c, std::int64_
 }
 
 }  // namespace
+
+std::int64_t passes_per_rank(const Config& c, std::int64_t dp) {
+  const std::int64_t G = c.data.global_batch, mb = c.parallel.microbatch;
+  if (dp < 1 || G < 1 || mb < 1 || G % dp != 0 || mb > G / dp) return 0;
+  if (c.numerics.tree == TreeShape::pow2 && (G / dp) % mb != 0) return 0;
+  return static_cast<std::int64_t>(plan_microbatches(c.numerics.tree, G / dp, mb).passes.size());
+}
 
 std::vector<std::string> config_problems(const Config& c, int world_size) {
   std::vector<std::string> p;

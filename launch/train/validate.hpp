@@ -10,6 +10,7 @@
 // number of whole blocks.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,10 @@ std::vector<std::string> config_problems(const Config& cfg, int world_size);
 
 // Throws a lockstep::Error listing every problem (one per line) if there is any.
 void validate_or_throw(const Config& cfg, int world_size);
+
+// The microbatches per step and DP rank (MicrobatchPlan's passes) of a DP group of `dp`; 0 when
+// the global batch does not split so.
+std::int64_t passes_per_rank(const Config& cfg, std::int64_t dp);
 
 struct Guarantee {
   std::string level;  // "G1".."G4"

@@ -1,10 +1,13 @@
 """Pipeline parallelism keeps the bits (docs/design.md section 8): a 4-layer tiny (dropout on)
 trained on TPxDPxPP layouts, 1F1B and GPipe, ZeRO on and off, must write a trace.jsonl
-byte-identical to one process; a checkpoint saved at PP2 x TP2 resumes at 1x1x1, DP2 and
+byte-identical to one process, and every stage's activation slots must hold what the banner's
+memory estimate says; a checkpoint saved at PP2 x TP2 resumes at 1x1x1, DP2 and
 PP2 x DP2 bit for bit (G4 across PP); the validator refuses bad pipeline configs with one line
 each, before anything starts; a stage that fails takes the whole job down with its message.
 Usage: train_pipeline.py BINARY MPIRUN SOURCE_DIR WORK_DIR PART (layouts | resume | errors)"""
+import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -35,6 +38,45 @@ def banner(res, key):
     return next((l.strip() for l in res.stdout.splitlines() if key in l), "")
 
 
+def train_direct(np, name, sets):
+    """`lockstep train` under mpirun without the launcher, expected to fail: (rc, output)."""
+    cmd = [mpirun] + MPI_FLAGS + ["-np", str(np), binary, "train", config, "--set",
+                                  f"run.out={os.path.join(work, name)}"]
+    for s in base + sets:
+        cmd += ["--set", s]
+    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    return res.returncode, res.stdout + res.stderr
+
+
+UNITS = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+
+
+def check_activations(name, res, run_dir):
+    """The banner's per-stage activation estimate ("activations 3 x 1.07 MiB", three
+    significant digits) against what every rank's slots hold (metrics.jsonl's activation_mib,
+    world rank order; PP outermost, so stage = rank // (ranks / pp))."""
+    global failed
+    est = {}
+    for line in res.stdout.splitlines():
+        m = re.search(r"stage (\d+): .*activations (?:(\d+) x )?([\d.]+) (B|KiB|MiB|GiB)", line)
+        if m:
+            est[int(m.group(1))] = (int(m.group(2) or 1), float(m.group(3)) * UNITS[m.group(4)])
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        measured = [json.loads(l) for l in f if "activation_mib" in l][-1]["activation_mib"]
+    per_stage = len(measured) // max(1, len(est))
+    bad = [(r, a, est.get(r // per_stage)) for r, a in enumerate(measured)
+           if r // per_stage not in est
+           or abs(a - est[r // per_stage][0] * est[r // per_stage][1])
+           > est[r // per_stage][0] * est[r // per_stage][1] * 0.006]
+    if not est or bad:
+        failed += 1
+        print(f"  {name}: activation estimate vs measured (rank, MiB, (slots, MiB)): {bad or est}")
+    else:
+        print(f"  {name}: activations held per rank (MiB) "
+              f"{', '.join(f'{a:.3g}' for a in measured)} = the banner's estimate")
+
+
 if part == "layouts":
     layouts = [
         ("1x1x1", 1, []),
@@ -62,6 +104,8 @@ if part == "layouts":
             print(f"  {name}: reference")
             continue
         pipe = banner(res, "pipeline:")
+        if pipe:
+            check_activations(name, res, os.path.join(work, f"run{i}"))
         expect_same(name + (f" [{pipe.split(',')[1].strip()}]" if pipe else ""), ref, trace)
     # The tied embedding's two copies (first and last stage) are compared by the replica guard
     # every step; it ran above (verify.replica_check_interval = 1) without a complaint.
@@ -110,7 +154,6 @@ elif part == "resume":
                          text=True, timeout=300, env=dict(os.environ, **{"OMP_NUM_THREADS": "1"}))
     out = res.stdout
     try:
-        import json
         j = json.loads(out[out.index("\n{") + 1:out.rindex("}") + 1])
         ops = j["ops"]
         ok = (j["first_divergent_step"] == 3 and ops["origin_op"] == op
@@ -161,37 +204,25 @@ elif part == "errors":
                 read_trace(os.path.join(work, "gpipe_m2")))
     # A failing stage: debug.nan makes the last stage's gradient non-finite at step 2; the
     # guard stops the whole job (exit 3) with one line, on every stage, nothing hangs.
-    cmd = [mpirun] + MPI_FLAGS + ["-np", "2", binary, "train", config, "--set",
-                                  f"run.out={os.path.join(work, 'nan')}"]
-    for s in base + ["parallel.pp=2", "debug.nan=2:final_ln.bias"]:
-        cmd += ["--set", s]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    out = res.stdout + res.stderr
-    if res.returncode != 3 or "final_ln.bias" not in out or "tp0-dp0-pp1" not in out:
+    rc, out = train_direct(2, "nan", ["parallel.pp=2", "debug.nan=2:final_ln.bias"])
+    if rc != 3 or "final_ln.bias" not in out or "tp0-dp0-pp1" not in out:
         failed += 1
         print(f"  non-finite gradient on stage 1: expected exit 3 naming final_ln.bias on "
-              f"tp0-dp0-pp1, got {res.returncode}:\n{out}")
+              f"tp0-dp0-pp1, got {rc}:\n{out}")
     else:
         line = next(l for l in out.splitlines() if "final_ln.bias" in l)
         print(f"  non-finite gradient on stage 1: exit 3: {line.strip()}")
     # An exception on some ranks: rank 3 (the last of 4 stages) flips a bit of its copy of the
     # tied embedding after step 2; the stage guard on the first and last stage fails, and the
     # middle stages, waiting in the next step, are taken down with them.
-    cmd = [mpirun] + MPI_FLAGS + ["-np", "4", binary, "train", config, "--set",
-                                  f"run.out={os.path.join(work, 'flip')}"]
-    for s in base + ["parallel.pp=4", "debug.bitflip=3:2:embed.weight"]:
-        cmd += ["--set", s]
-    res = subprocess.run(cmd, capture_output=True, text=True, timeout=120,
-                         env=dict(os.environ, OMP_NUM_THREADS="1"))
-    out = res.stdout + res.stderr
+    rc, out = train_direct(4, "flip", ["parallel.pp=4", "debug.bitflip=3:2:embed.weight"])
     hit = [l for l in out.splitlines() if "differs between the pipeline stages" in l]
-    if res.returncode == 0 or not hit or "at step 2" not in hit[0]:
+    if rc == 0 or not hit or "at step 2" not in hit[0]:
         failed += 1
         print(f"  bit flip in the last stage's embed.weight: expected the stage guard to stop "
-              f"the job at step 2, got rc {res.returncode}:\n{out}")
+              f"the job at step 2, got rc {rc}:\n{out}")
     else:
-        print(f"  bit flip in the last stage's embed.weight: exit {res.returncode}: "
+        print(f"  bit flip in the last stage's embed.weight: exit {rc}: "
               f"{hit[0].strip()[:160]}")
 else:
     raise SystemExit(f"unknown part {part}")

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "launch/train/config.hpp"
+#include "launch/train/memory_estimate.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
 
@@ -337,4 +338,47 @@ TEST_CASE("enum keys and specs are typed at load and written back as read") {
   for (const auto& k : config_keys())
     if (k.name == "run.determinism")
       REQUIRE(k.choices == std::vector<std::string>{"invariant", "deterministic", "fast"});
+}
+
+TEST_CASE("memory estimate: PP divides the state, schedules set the slots, ZeRO divides AdamW") {
+  Config c = tiny();
+  apply_override(c, "model.layers=4");
+  apply_override(c, "run.threads=1");
+  const auto one = memory_estimate(c, 1);
+  REQUIRE(one.size() == 1);
+  CHECK(one[0].slots == 1);
+  CHECK(one[0].activations == one[0].microbatch_bytes);
+  apply_override(c, "parallel.pp=4");  // 8 microbatches of 1 on 4 stages
+  const auto pp = memory_estimate(c, 4);
+  REQUIRE(pp.size() == 4);
+  std::int64_t weights = 0;
+  for (const StageMemory& s : pp) {
+    INFO("stage " << s.stage);
+    CHECK(s.slots == 4 - s.stage);  // 1F1B: min(P - s, m)
+    CHECK(s.activations == s.slots * s.microbatch_bytes);
+    weights += s.weights;
+  }
+  // Every parameter once, the tied embedding twice (first and last stage).
+  const std::int64_t embed = 4 * c.model.padded_vocab() * c.model.d_model;
+  CHECK(weights == one[0].weights + embed);
+  CHECK(pp[1].weights == pp[2].weights);                   // middle stages: one layer each
+  CHECK(pp[0].microbatch_bytes < pp[3].microbatch_bytes);  // the last holds the logits
+  apply_override(c, "parallel.schedule=gpipe");
+  for (const StageMemory& s : memory_estimate(c, 4)) CHECK(s.slots == 8);
+  // ZeRO-1 at DP 4: a quarter of the moments, plus the allgather buffers (1 + 1/4 weights).
+  apply_override(c, "parallel.pp=1");
+  const auto dp4 = memory_estimate(c, 4);
+  apply_override(c, "parallel.zero=true");
+  const auto zero = memory_estimate(c, 4);
+  CHECK(zero[0].weights == dp4[0].weights);
+  CHECK(zero[0].optimizer < dp4[0].optimizer);
+  CHECK(zero[0].optimizer > dp4[0].optimizer / 4);
+  CHECK(memory_estimate(c, 3).empty());  // invalid on 3 ranks (global batch 8)
+  const auto lines = memory_lines(c, 4);
+  REQUIRE(lines.size() == 1);
+  CHECK(lines[0].rfind("memory per rank (estimate): ", 0) == 0);
+  CHECK(human_bytes(512) == "512 B");
+  CHECK(human_bytes(12800) == "12.5 KiB");
+  CHECK(human_bytes(std::int64_t{412} << 20) == "412 MiB");
+  CHECK(human_bytes(std::int64_t{3} << 30) == "3.00 GiB");
 }

@@ -3,7 +3,8 @@
 // embedding gradient against literal definitions, and the G3 properties that need no MPI:
 // one microbatch of 4 sequences == 4 microbatches of 1 merged with BinaryCounter (loss and
 // every gradient term, bitwise), 1 thread == 2 threads, every ISA path, forward_loss ==
-// forward_backward's loss; the fused attention kernels (AVX-512) == the GEMM path.
+// forward_backward's loss; the fused attention kernels (AVX-512) == the GEMM path; the memory
+// footprint's count of parameters, gradient terms and forward state == what the model allocates.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cstdint>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "model/gpt.hpp"
+#include "model/memory_footprint.hpp"
 #include "model/ops.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
@@ -261,4 +263,26 @@ TEST_CASE("GPT: fused attention kernels and recomputed probabilities == the GEMM
       }
     }
   }
+}
+
+TEST_CASE("GPT: stage_footprint counts what the model allocates") {
+  for (const float dropout : {0.0f, 0.1f})
+    for (const bool bias : {false, true})
+      for (const std::int64_t mb : {1, 3}) {
+        const ModelConfig cfg = tiny_model_config(dropout, bias);
+        const Batch b = make_batch(cfg, mb, kBatch);
+        Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
+        m.init(1);
+        m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), mb, 0, 0.01f);
+        const StageFootprint f = stage_footprint(cfg, 1, m.stage(), mb, 1);
+        std::int64_t params = 0, grads = 0;
+        for (std::size_t i = 0; i < m.params().size(); ++i) {
+          params += m.params()[i].numel();
+          for (const Tensor& t : m.grads()[i]) grads += t.numel();
+        }
+        INFO("dropout " << dropout << ", bias " << bias << ", mb " << mb);
+        CHECK(f.param_floats == params);
+        CHECK(f.grad_floats == grads);
+        CHECK(f.forward_state_bytes == m.forward_state_bytes());
+      }
 }

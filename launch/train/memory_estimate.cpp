@@ -1,0 +1,95 @@
+#include "launch/train/memory_estimate.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <cstdio>
+#include <thread>
+
+#include "launch/train/validate.hpp"
+#include "model/memory_footprint.hpp"
+#include "model/pipeline_stage.hpp"
+#include "parallel/pipeline_schedule.hpp"
+
+namespace lockstep::config {
+namespace {
+constexpr std::int64_t kF = sizeof(float);
+
+// The kernel threads of one rank: run.threads, else the cores shared by the ranks.
+int rank_threads(const Config& c, int world_size) {
+  if (c.run.threads > 0) return static_cast<int>(c.run.threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, world_size));
+}
+
+// Stage s's ranks (launch/train/grad_sync.cpp, parallel/dp_grad.hpp). Gradients: the model's
+// term buffers, the reducer's flat buffer (with ZeRO the whole microbatch plus this rank's
+// reduced segment) and the combiner's partial sums (up to ceil(log2 m) when m > 1). AdamW: m
+// and v of the owned elements, a multi-term parameter's combined gradient, and ZeRO's
+// allgather buffers.
+StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m) {
+  const int tp = static_cast<int>(c.parallel.tp), pp = static_cast<int>(c.parallel.pp);
+  const std::int64_t dp = world_size / (tp * pp);
+  const std::int64_t zdp = c.parallel.zero ? dp : 1;
+  const std::int64_t mb = std::min(c.parallel.microbatch, c.data.global_batch / dp);
+  const StageFootprint f = stage_footprint(c.model, tp, PipelineStage::of(c.model, pp, s), mb,
+                                           rank_threads(c, world_size));
+  const std::int64_t W = f.param_floats, G = f.grad_floats;
+  const std::int64_t levels = m > 1 ? std::bit_width(static_cast<std::uint64_t>(m - 1)) : 0;
+  StageMemory r;
+  r.stage = s;
+  r.weights = kF * W;
+  r.gradients = kF * (G + (c.parallel.zero ? G + G / dp : G) + levels * G);
+  r.optimizer = kF * (2 * W / zdp + (G - W) / zdp + (c.parallel.zero ? W + W / dp : 0));
+  r.slots = pp > 1 ? pipeline_slots(c.parallel.schedule, pp, s, m) : 1;
+  r.microbatch_bytes = f.forward_state_bytes;
+  r.activations = r.slots * f.forward_state_bytes;
+  r.scratch = f.backward_scratch_bytes;
+  return r;
+}
+
+std::string breakdown(const StageMemory& r) {
+  std::string s = human_bytes(r.total()) + " = weights " + human_bytes(r.weights) +
+                  " + gradients " + human_bytes(r.gradients) + " + AdamW " +
+                  human_bytes(r.optimizer) + " + activations ";
+  if (r.slots > 1) s += std::to_string(r.slots) + " x ";
+  return s + human_bytes(r.microbatch_bytes) + " + scratch " + human_bytes(r.scratch);
+}
+}  // namespace
+
+std::vector<StageMemory> memory_estimate(const Config& c, int world_size) {
+  std::vector<StageMemory> out;
+  if (!config_problems(c, world_size).empty()) return out;
+  const std::int64_t m = passes_per_rank(c, world_size / (c.parallel.tp * c.parallel.pp));
+  for (int s = 0; s < c.parallel.pp; ++s) out.push_back(stage_memory(c, world_size, s, m));
+  return out;
+}
+
+std::vector<std::string> memory_lines(const Config& c, int world_size) {
+  const std::vector<StageMemory> est = memory_estimate(c, world_size);
+  std::vector<std::string> lines;
+  if (est.empty()) return lines;
+  std::int64_t all = 0;
+  for (const StageMemory& r : est) all += r.total() * (world_size / c.parallel.pp);
+  const std::string sum = "; all " + std::to_string(world_size) + " ranks " + human_bytes(all) +
+                          ", plus about " + human_bytes(kProcessBytes) + " per process";
+  if (est.size() == 1) return {"memory per rank (estimate): " + breakdown(est[0]) + sum};
+  lines.push_back("memory per rank (estimate)" + sum + ":");
+  for (const StageMemory& r : est)
+    lines.push_back("  stage " + std::to_string(r.stage) + ": " + breakdown(r));
+  return lines;
+}
+
+std::string human_bytes(std::int64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  double v = static_cast<double>(bytes) / 1024;
+  const char* unit = "KiB";
+  for (const char* next : {"MiB", "GiB", "TiB"}) {
+    if (v < 1024) break;
+    v /= 1024, unit = next;
+  }
+  char buf[32];  // three significant digits
+  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, unit);
+  return buf;
+}
+
+}  // namespace lockstep::config

@@ -1,0 +1,30 @@
+// What one TP rank of one pipeline stage of the GPT keeps in memory (docs/design.md section 8,
+// "memory per stage"): its parameter shards, its gradient term buffers, the forward state of one
+// microbatch (every buffer the backward reads: activations, saved statistics, dropout masks,
+// logits) and the backward's scratch. The forward state is counted buffer by buffer as
+// model/gpt_*.cpp allocate them in a training step (op trace off), so it equals
+// Gpt::forward_state_bytes() after such a step (tests/unit/test_model.cpp checks it); the scratch
+// is the backward's dense buffers and the attention's per-thread scratch, approximately.
+// Determinism contract: bookkeeping only, no arithmetic on model values.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.hpp"
+#include "model/pipeline_stage.hpp"
+
+namespace lockstep {
+
+struct StageFootprint {
+  std::int64_t param_floats = 0;            // the stage's parameter shards on this TP rank
+  std::int64_t grad_floats = 0;             // the model's gradient term buffers (one per term held)
+  std::int64_t forward_state_bytes = 0;     // one microbatch of mb sequences, kept to backward
+  std::int64_t backward_scratch_bytes = 0;  // once per rank, reused by every microbatch
+};
+
+// The footprint of `stage` on one of `tp` TP ranks for microbatches of `mb` sequences, with the
+// model's dropout on (training) or off; `threads`: the rank's kernel threads.
+StageFootprint stage_footprint(const ModelConfig& cfg, int tp, const PipelineStage& stage,
+                               std::int64_t mb, int threads);
+
+}  // namespace lockstep
