@@ -84,11 +84,13 @@ void Gpt::set_observer(OpObserver* observer) {
   for (int i = 0; i < n; ++i) m.op_perturb[i] = observer->perturb(m.op_name[i]) ? 1 : 0;
 }
 
-Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx)
+Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx,
+         std::span<const std::int64_t> stage_layers)
     : cfg_(cfg),
       table_(ParamTable::build(cfg)),
       tp_(grid, mode, ctx, cfg.context),
-      stage_(PipelineStage::of(cfg, grid ? grid->pp_size() : 1, grid ? grid->pp_rank() : 0)),
+      stage_(PipelineStage::of(cfg, grid ? grid->pp_size() : 1, grid ? grid->pp_rank() : 0,
+                               stage_layers)),
       impl_(std::make_unique<Impl>()) {
   validate_model_config(cfg_, tp_.size());
   for (std::size_t i = 0; i < table_.size(); ++i) {

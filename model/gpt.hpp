@@ -113,10 +113,13 @@ class Gpt {
   // grid == nullptr: a single process (TP=1, PP=1) without MPI. Otherwise TP =
   // grid->tp_size(), and every TP rank of a group must call forward_backward with the same
   // arguments; with grid->pp_size() > 1 the model is pipeline stage grid->pp_rank() and runs
-  // through forward_stage / backward_stage.
-  Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx);
-  Gpt(const ModelConfig& cfg, const Grid& grid, Determinism mode, KernelCtx ctx)
-      : Gpt(cfg, &grid, mode, ctx) {}
+  // through forward_stage / backward_stage, its layers those of PipelineStage::of(cfg,
+  // pp_size, pp_rank, stage_layers) (empty: equal stages).
+  Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx ctx,
+      std::span<const std::int64_t> stage_layers = {});
+  Gpt(const ModelConfig& cfg, const Grid& grid, Determinism mode, KernelCtx ctx,
+      std::span<const std::int64_t> stage_layers = {})
+      : Gpt(cfg, &grid, mode, ctx, stage_layers) {}
   ~Gpt();
   Gpt(const Gpt&) = delete;
   Gpt& operator=(const Gpt&) = delete;

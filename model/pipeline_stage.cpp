@@ -1,5 +1,6 @@
 #include "model/pipeline_stage.hpp"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace lockstep {
@@ -14,13 +15,19 @@ std::int64_t layer_of(const std::string& name) {
 
 }  // namespace
 
-PipelineStage PipelineStage::of(const ModelConfig& cfg, int count, int index) {
+PipelineStage PipelineStage::of(const ModelConfig& cfg, int count, int index,
+                                std::span<const std::int64_t> stage_layers) {
   PipelineStage s;
   s.index = index;
   s.count = count;
-  const std::int64_t per = count > 0 ? cfg.layers / count : cfg.layers;
-  s.first_layer = per * index;
-  s.end_layer = per * (index + 1);
+  if (stage_layers.empty()) {
+    const std::int64_t per = count > 0 ? cfg.layers / count : cfg.layers;
+    s.first_layer = per * index;
+    s.end_layer = per * (index + 1);
+    return s;
+  }
+  for (int i = 0; i < index; ++i) s.first_layer += stage_layers[static_cast<std::size_t>(i)];
+  s.end_layer = s.first_layer + stage_layers[static_cast<std::size_t>(index)];
   return s;
 }
 
@@ -41,18 +48,32 @@ bool PipelineStage::holds(const ParamSpec& spec) const {
 
 bool PipelineStage::owns(const ParamSpec& spec) const {
   if (!holds(spec)) return false;
-  const std::int64_t per = end_layer - first_layer;
-  for (int s = 0; s < index; ++s) {
-    const PipelineStage earlier{s, count, per * s, per * (s + 1)};
-    if (earlier.holds(spec)) return false;
-  }
-  return true;
+  if (index == 0 || layer_of(spec.name) >= 0) return true;  // a layer is on one stage only
+  // Any other parameter is held by an earlier stage only if the first stage holds it (the
+  // embeddings; the middle stages hold layers only).
+  const PipelineStage first_stage{0, count, 0, 0};
+  return !first_stage.holds(spec);
 }
 
-std::vector<std::string> pipeline_problems(const ModelConfig& cfg, std::int64_t stages) {
+std::vector<std::string> pipeline_problems(const ModelConfig& cfg, std::int64_t stages,
+                                           std::span<const std::int64_t> stage_layers) {
   std::vector<std::string> p;
   if (stages < 1) {
     p.push_back("parallel.pp = " + std::to_string(stages) + " must be >= 1");
+    return p;
+  }
+  if (!stage_layers.empty()) {
+    std::int64_t sum = 0, smallest = cfg.layers;
+    for (const std::int64_t n : stage_layers) sum += n, smallest = std::min(smallest, n);
+    if (static_cast<std::int64_t>(stage_layers.size()) != stages)
+      p.push_back("parallel.pp_layers lists " + std::to_string(stage_layers.size()) +
+                  " stages, but parallel.pp = " + std::to_string(stages) +
+                  "; give one layer count per stage");
+    else if (sum != cfg.layers || smallest < 1)
+      p.push_back("parallel.pp_layers adds up to " + std::to_string(sum) +
+                  " layers, but model.layers = " + std::to_string(cfg.layers) +
+                  "; give each stage at least 1 layer and " + std::to_string(cfg.layers) +
+                  " in all");
     return p;
   }
   if (cfg.layers % stages != 0) {
@@ -61,7 +82,8 @@ std::vector<std::string> pipeline_problems(const ModelConfig& cfg, std::int64_t 
       if (cfg.layers % s == 0) fits += (fits.empty() ? "" : ", ") + std::to_string(s);
     p.push_back("model.layers = " + std::to_string(cfg.layers) + " is not divisible by " +
                 "parallel.pp = " + std::to_string(stages) +
-                " (stages hold equal layer counts); use parallel.pp one of " + fits);
+                " (equal stages); use parallel.pp one of " + fits +
+                ", or list each stage's layers in parallel.pp_layers");
   }
   return p;
 }

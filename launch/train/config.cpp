@@ -68,6 +68,10 @@ std::vector<KeyInfo> make_keys() {
       key("parallel.tp", "tensor-parallel size (dp = ranks / (tp x pp))", AT(parallel.tp)),
       key("parallel.pp", "pipeline-parallel stages (model.layers / pp layers each)",
           AT(parallel.pp)),
+      key("parallel.pp_layers",
+          "each stage's layer count, first stage first, e.g. \"3,5\" (empty: equal stages); "
+          "never changes bits",
+          AT(parallel.pp_layers)),
       key("parallel.schedule",
           "pipeline schedule: 1f1b (holds at most pp microbatches of activations) or gpipe (all "
           "forwards, then all backwards); never changes bits",
@@ -202,6 +206,12 @@ void assign_text(const KeyInfo& key, TextField& f, const std::string& value,
 // A string node's text, or a number as written (shortest round-trip form).
 std::string node_text(const toml::node& node) {
   if (node.is_string()) return *node.value<std::string>();
+  if (const toml::array* a = node.as_array()) {  // [3, 5] -> "3,5" (parallel.pp_layers)
+    std::string t;
+    for (const toml::node& e : *a)
+      t += (t.empty() ? "" : ",") + (e.is_number() || e.is_string() ? node_text(e) : "?");
+    return t;
+  }
   if (node.is_integer()) return std::to_string(*node.value<std::int64_t>());
   char buf[64];
   const auto res = std::to_chars(buf, buf + sizeof buf, *node.value<double>());
@@ -230,7 +240,7 @@ void assign_node(Config& cfg, const KeyInfo& key, const toml::node& node,
           *p = *node.value<std::string>();
         } else {  // a spec or enum: its own parser reads the text (a bare number too,
                   // e.g. step_timeout = 30)
-          check(node.is_string() || node.is_number(), bad);
+          check(node.is_string() || node.is_number() || node.is_array(), bad);
           assign_text(key, p, node_text(node), source);
         }
       },
@@ -373,6 +383,32 @@ LrScheduleConfig lr_schedule(const Config& cfg) {
   LrScheduleConfig s = cfg.optim.schedule;
   s.total_steps = cfg.run.steps;
   return s;
+}
+
+// ---- the pipeline's layer split -------------------------------------------------------------
+
+StageLayers StageLayers::parse(const std::string& text, const std::string& what) {
+  StageLayers s;
+  std::string t = text;
+  for (char& c : t)
+    if (c == ',' || c == '[' || c == ']') c = ' ';
+  std::istringstream in(t);
+  std::string word;
+  while (in >> word) {
+    const bool digits =
+        word.size() < 10 && word.find_first_not_of("0123456789") == std::string::npos;
+    check(digits && std::stoll(word) >= 1,
+          what + " = '" + text + "': '" + word + "' is not a layer count >= 1",
+          "list each stage's layers, first stage first, e.g. parallel.pp_layers=3,5");
+    s.counts.push_back(std::stoll(word));
+  }
+  return s;
+}
+
+std::string StageLayers::text() const {
+  std::string t;
+  for (const std::int64_t n : counts) t += (t.empty() ? "" : ",") + std::to_string(n);
+  return t;
 }
 
 // ---- the debug specs -----------------------------------------------------------------------

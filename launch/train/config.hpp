@@ -30,9 +30,18 @@
 
 namespace lockstep::config {
 
+// parallel.pp_layers = "1,3" (or the TOML array [1, 3]): each pipeline stage's layer count,
+// first stage first; empty: equal stages.
+struct StageLayers {
+  std::vector<std::int64_t> counts;
+  static StageLayers parse(const std::string& text, const std::string& what);
+  std::string text() const;
+};
+
 struct ParallelSection {
   std::int64_t tp = 1;  // tensor-parallel size; dp = ranks / (tp x pp)
-  std::int64_t pp = 1;  // pipeline stages (contiguous equal layer ranges)
+  std::int64_t pp = 1;  // pipeline stages (contiguous layer ranges)
+  StageLayers pp_layers;  // the stages' layer counts (empty: model.layers / pp each)
   PipeSchedule schedule = PipeSchedule::one_f_one_b;  // the pipeline's order of passes
   std::int64_t microbatch = 1;  // sequences per forward/backward
   bool zero = false;            // distributed optimizer (ZeRO-1)

@@ -31,8 +31,8 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   const std::int64_t dp = world_size / (tp * pp);
   const std::int64_t zdp = c.parallel.zero ? dp : 1;
   const std::int64_t mb = std::min(c.parallel.microbatch, c.data.global_batch / dp);
-  const StageFootprint f = stage_footprint(c.model, tp, PipelineStage::of(c.model, pp, s), mb,
-                                           rank_threads(c, world_size));
+  const PipelineStage stage = PipelineStage::of(c.model, pp, s, c.parallel.pp_layers.counts);
+  const StageFootprint f = stage_footprint(c.model, tp, stage, mb, rank_threads(c, world_size));
   const std::int64_t W = f.param_floats, G = f.grad_floats;
   const std::int64_t levels = m > 1 ? std::bit_width(static_cast<std::uint64_t>(m - 1)) : 0;
   StageMemory r;

@@ -61,7 +61,7 @@ TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
   sampler_ = std::make_unique<data::Sampler>(data::SamplerConfig{dataset_->num_samples(), G, seed});
 
   // ---- model, optimizer state and the traces ----------------------------------------------
-  model_ = std::make_unique<Gpt>(cfg_.model, grid_, mode, kctx_);
+  model_ = std::make_unique<Gpt>(cfg_.model, grid_, mode, kctx_, cfg_.parallel.pp_layers.counts);
   model_->init(seed);
   sync_ = std::make_unique<GradSync>(*model_, grid_, mode, cfg_.parallel.zero, kctx_.threads,
                                      plan_.tree, plan_.leaves);

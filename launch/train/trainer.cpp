@@ -221,13 +221,16 @@ std::string pipeline_line(const config::Config& cfg, const TrainJob& job) {
   const int p = job.grid().pp_size();
   const std::int64_t m = job.microbatches();
   const double bubble = pipeline_bubble(p, m);
-  char buf[320];
+  std::string layers;  // "2", or parallel.pp_layers' "1 + 3"
+  for (const std::int64_t n : cfg.parallel.pp_layers.counts)
+    layers += (layers.empty() ? "" : " + ") + std::to_string(n);
+  if (layers.empty()) layers = std::to_string(cfg.model.layers / p);
+  char buf[384];
   std::snprintf(buf, sizeof buf,
-                "pipeline: %d stages of %lld layers, %s, %lld microbatches per step, bubble %.0f%% "
+                "pipeline: %d stages of %s layers, %s, %lld microbatches per step, bubble %.0f%% "
                 "(model (p-1)/(m+p-1)), stage 0 holds %lld microbatches of activations",
-                p, static_cast<long long>(cfg.model.layers / p),
-                std::string(enum_name(cfg.parallel.schedule)).c_str(), static_cast<long long>(m),
-                100.0 * bubble,
+                p, layers.c_str(), std::string(enum_name(cfg.parallel.schedule)).c_str(),
+                static_cast<long long>(m), 100.0 * bubble,
                 static_cast<long long>(pipeline_slots(cfg.parallel.schedule, p, 0, m)));
   std::string line = buf;
   if (bubble > 0.25)

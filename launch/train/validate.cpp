@@ -92,7 +92,8 @@ std::vector<std::string> config_problems(const Config& c, int world_size) {
                       " is not a multiple of parallel.tp x parallel.pp = " + str(tp) + " x " +
                       str(pp) + " (ranks = tp x dp x pp); use --np a multiple of " + str(tp * pp));
   for (auto& line : model_config_problems(c.model, tp)) p.push_back(std::move(line));
-  for (auto& line : pipeline_problems(c.model, pp)) p.push_back(std::move(line));
+  for (auto& line : pipeline_problems(c.model, pp, c.parallel.pp_layers.counts))
+    p.push_back(std::move(line));
   const std::int64_t dp = grid_ok ? world_size / (tp * pp) : 1;
   const std::int64_t mb = c.parallel.microbatch, G = c.data.global_batch;
   need(mb >= 1, "parallel.microbatch = " + str(mb) + " must be >= 1");

@@ -1,9 +1,10 @@
 """Pipeline parallelism keeps the bits (docs/design.md section 8): a 4-layer tiny (dropout on)
-trained on TPxDPxPP layouts, 1F1B and GPipe, ZeRO on and off, must write a trace.jsonl
-byte-identical to one process, and every stage's activation slots must hold what the banner's
-memory estimate says; a checkpoint saved at PP2 x TP2 resumes at 1x1x1, DP2 and
-PP2 x DP2 bit for bit (G4 across PP); the validator refuses bad pipeline configs with one line
-each, before anything starts; a stage that fails takes the whole job down with its message.
+trained on TPxDPxPP layouts, 1F1B and GPipe, ZeRO on and off, equal stages and uneven ones
+(parallel.pp_layers), must write a trace.jsonl byte-identical to one process, and every
+stage's activation slots must hold what the banner's memory estimate says; a checkpoint saved
+at PP2 x TP2 resumes at 1x1x1, DP2, PP2 x DP2, PP4 and an uneven 3 + 1 split bit for bit (G4
+across PP); the validator refuses bad pipeline configs with one line each, before anything
+starts; a stage that fails takes the whole job down with its message.
 Usage: train_pipeline.py BINARY MPIRUN SOURCE_DIR WORK_DIR PART (layouts | resume | errors)"""
 import json
 import os
@@ -84,6 +85,8 @@ if part == "layouts":
         ("PP2 (GPipe)", 2, ["parallel.pp=2", "parallel.schedule=gpipe"]),
         ("PP2, microbatch 2 (4 microbatches)", 2, ["parallel.pp=2", "parallel.microbatch=2"]),
         ("PP4 (1 layer per stage)", 4, ["parallel.pp=4"]),
+        ("PP2, parallel.pp_layers 1 + 3", 2, ["parallel.pp=2", "parallel.pp_layers=1,3"]),
+        ("PP3, parallel.pp_layers 1 + 2 + 1", 3, ["parallel.pp=3", "parallel.pp_layers=1,2,1"]),
         ("TP2 x PP2", 4, ["parallel.pp=2", "parallel.tp=2"]),
         ("DP2 x PP2, ZeRO-1", 4, ["parallel.pp=2", "parallel.zero=true"]),
         ("DP2 x PP2, GPipe", 4, ["parallel.pp=2", "parallel.schedule=gpipe"]),
@@ -120,7 +123,9 @@ elif part == "resume":
               base + ["parallel.pp=2", "parallel.tp=2", "run.stop_at=3"])
     for name, np, sets in [("1x1x1", 1, []), ("DP2", 2, []),
                            ("DP2 x PP2", 4, ["parallel.pp=2"]),
-                           ("PP4, GPipe", 4, ["parallel.pp=4", "parallel.schedule=gpipe"])]:
+                           ("PP4, GPipe", 4, ["parallel.pp=4", "parallel.schedule=gpipe"]),
+                           ("PP2, pp_layers 3 + 1", 2, ["parallel.pp=2",
+                                                        "parallel.pp_layers=3,1"])]:
         out = os.path.join(work, "resumed_" + name.split(",")[0].replace(" ", ""))
         shutil.copytree(saved, out)
         res = run_train(binary, mpirun, np, out, config, base + sets + ["run.resume=auto"])
@@ -191,6 +196,8 @@ elif part == "errors":
     refused("layers not divisible by PP", 3, ["parallel.pp=3"], "is not divisible by parallel.pp")
     refused("too few microbatches for 1F1B", 4,
             ["parallel.pp=4", "parallel.microbatch=4"], "1f1b needs at least parallel.pp = 4")
+    refused("parallel.pp_layers not adding up to the layers", 2,
+            ["parallel.pp=2", "parallel.pp_layers=1,2"], "parallel.pp_layers adds up to 3")
     refused("TP x DP x PP != ranks", 3, ["parallel.pp=2"], "not a multiple of parallel.tp x parallel.pp")
     # GPipe has no such minimum: 2 microbatches on 4 stages run (and keep the bits).
     res = run_train(binary, mpirun, 4, os.path.join(work, "gpipe_m2"), config,

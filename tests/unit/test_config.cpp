@@ -382,3 +382,24 @@ TEST_CASE("memory estimate: PP divides the state, schedules set the slots, ZeRO 
   CHECK(human_bytes(std::int64_t{412} << 20) == "412 MiB");
   CHECK(human_bytes(std::int64_t{3} << 30) == "3.00 GiB");
 }
+
+TEST_CASE("parallel.pp_layers: TOML array or comma list, checked against pp and layers") {
+  Config c = tiny();
+  load_toml_text(c, "[parallel]\npp = 2\npp_layers = [1, 3]\n[model]\nlayers = 4\n", "t");
+  CHECK(c.parallel.pp_layers.counts == std::vector<std::int64_t>{1, 3});
+  CHECK(c.parallel.pp_layers.text() == "1,3");
+  CHECK(config_problems(c, 2).empty());
+  const auto est = memory_estimate(c, 2);
+  REQUIRE(est.size() == 2);
+  CHECK(est[0].weights < est[1].weights);  // 1 layer (+ embeddings) against 3
+  apply_override(c, "parallel.pp_layers=2,3");
+  CHECK(config_problems(c, 2).size() == 1);  // 5 layers, not 4
+  apply_override(c, "parallel.pp_layers=[4]");
+  CHECK(config_problems(c, 2).size() == 1);  // one count for two stages
+  CHECK_THROWS_AS(apply_override(c, "parallel.pp_layers=0,4"), Error);
+  CHECK_THROWS_AS(apply_override(c, "parallel.pp_layers=two,2"), Error);
+  CHECK_THROWS_AS(load_toml_text(c, "[parallel]\npp_layers = [true]\n", "t"), Error);
+  apply_override(c, "parallel.pp_layers=");
+  CHECK(c.parallel.pp_layers.counts.empty());
+  CHECK(config_problems(c, 2).empty());  // equal stages again
+}

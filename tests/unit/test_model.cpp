@@ -16,6 +16,7 @@
 #include "model/gpt.hpp"
 #include "model/memory_footprint.hpp"
 #include "model/ops.hpp"
+#include "model/pipeline_stage.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/csum.hpp"
 #include "tests/support/test_batch.hpp"
@@ -285,4 +286,38 @@ TEST_CASE("GPT: stage_footprint counts what the model allocates") {
         CHECK(f.grad_floats == grads);
         CHECK(f.forward_state_bytes == m.forward_state_bytes());
       }
+}
+
+TEST_CASE("PipelineStage: equal and listed splits; every parameter has one owning stage") {
+  ModelConfig cfg = tiny_model_config(0.0f, true);
+  cfg.layers = 6;
+  const std::vector<std::int64_t> listed{1, 3, 2};
+  const ParamTable table = ParamTable::build(cfg);
+  for (const auto& split : {std::vector<std::int64_t>{}, listed}) {
+    INFO("split of " << split.size() << " counts");
+    CHECK(pipeline_problems(cfg, 3, split).empty());
+    std::int64_t next = 0;
+    std::vector<int> owners(table.size(), 0), holders(table.size(), 0);
+    for (int s = 0; s < 3; ++s) {
+      const PipelineStage st = PipelineStage::of(cfg, 3, s, split);
+      CHECK(st.first_layer == next);
+      CHECK(st.end_layer - st.first_layer == (split.empty() ? 2 : split[s]));
+      next = st.end_layer;
+      for (std::size_t i = 0; i < table.size(); ++i) {
+        owners[i] += st.owns(table[i]);
+        holders[i] += st.holds(table[i]);
+      }
+    }
+    CHECK(next == 6);
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      INFO(table[i].name);
+      CHECK(owners[i] == 1);
+      CHECK(holders[i] == (table[i].name == "embed.weight" ? 2 : 1));  // first and last stage
+    }
+  }
+  const std::vector<std::int64_t> wrong_sum{1, 3, 3}, wrong_count{3, 3}, empty_stage{0, 4, 2};
+  CHECK(pipeline_problems(cfg, 3, wrong_sum).size() == 1);
+  CHECK(pipeline_problems(cfg, 3, wrong_count).size() == 1);
+  CHECK(pipeline_problems(cfg, 3, empty_stage).size() == 1);
+  CHECK(pipeline_problems(cfg, 4).size() == 1);  // 6 layers are not 4 equal stages
 }
