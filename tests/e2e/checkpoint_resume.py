@@ -8,12 +8,10 @@ import glob
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
-from common import MPI_FLAGS, first_difference, read_trace, run_train
+from common import MPI_FLAGS, first_difference, read_trace, run_train, sigterm_after
 
 binary, mpirun, src, work, part = sys.argv[1:6]
 config = os.path.join(src, "launch", "configs", "tiny.toml")
@@ -121,24 +119,10 @@ elif part == "crash":
     # (ExitStatus::preempted: a supervisor must not relaunch).
     steps = 400
     out = os.path.join(work, "sigterm")
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    cmd = [mpirun] + MPI_FLAGS + ["-np", "2", binary, "train", config, "--set", f"run.out={out}",
-                                  "--set", f"run.steps={steps}"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
-    trace = os.path.join(out, "trace.jsonl")
-    deadline = time.time() + 120
-    while time.time() < deadline and (not os.path.exists(trace) or len(read_trace(out)) < 3):
-        time.sleep(0.2)
-    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
-                              text=True).stdout.split()
-    for pid in children:
-        os.kill(int(pid), signal.SIGTERM)
-    log, _ = proc.communicate(timeout=120)
-    k = len(read_trace(out))
-    ok = proc.returncode == 4 and latest(out) == f"step_{k:08d}" and "signal 15" in log
+    rc, log, k = sigterm_after(binary, mpirun, 2, out, config, [f"run.steps={steps}"], 3)
+    ok = rc == 4 and latest(out) == f"step_{k:08d}" and "signal 15" in log
     print(f"  {'SIGTERM: step finished, checkpoint saved, exit 4':55s} "
-          f"{'yes' if ok else 'NO'} (exit {proc.returncode}, stopped after step {k})")
+          f"{'yes' if ok else 'NO'} (exit {rc}, stopped after step {k})")
     if not ok:
         print(log[-2000:])
     failed += not ok

@@ -2,8 +2,10 @@
 compare run directories. Standard library only; ctest passes the binary and mpirun paths."""
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "launch"))
 import mpirun_flags  # noqa: E402  (launch/mpirun.flags, the one spelling of the flags)
@@ -25,6 +27,29 @@ def run_train(binary, mpirun, np, out, config, sets, timeout=600):
         sys.stdout.write(res.stdout + res.stderr)
         raise SystemExit(f"FAIL: {' '.join(cmd)} exited {res.returncode}")
     return res
+
+
+def sigterm_after(binary, mpirun, np, out, config, sets, steps, ranks=None):
+    """Starts `lockstep train` on np ranks, waits until trace.jsonl has `steps` lines, sends
+    SIGTERM (a scheduler's preemption) to mpirun's children, the ranks (only the first `ranks`
+    of them in pid order when given), and waits. Returns (exit status, output, steps traced)."""
+    cmd = [mpirun] + MPI_FLAGS + ["-np", str(np), binary, "train", config, "--set",
+                                  f"run.out={out}"]
+    for s in sets:
+        cmd += ["--set", s]
+    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env)
+    trace = os.path.join(out, "trace.jsonl")
+    deadline = time.time() + 120
+    while time.time() < deadline and (not os.path.exists(trace) or len(read_trace(out)) < steps):
+        time.sleep(0.2)
+    children = subprocess.run(["pgrep", "-P", str(proc.pid)], capture_output=True,
+                              text=True).stdout.split()
+    for pid in sorted(children, key=int)[:ranks]:
+        os.kill(int(pid), signal.SIGTERM)
+    log, _ = proc.communicate(timeout=120)
+    return proc.returncode, log, len(read_trace(out))
 
 
 def read_trace(out):

@@ -3,7 +3,8 @@ trained on TPxDPxPP layouts, 1F1B and GPipe, ZeRO on and off, equal stages and u
 (parallel.pp_layers), must write a trace.jsonl byte-identical to one process, and every
 stage's activation slots must hold what the banner's memory estimate says; a checkpoint saved
 at PP2 x TP2 resumes at 1x1x1, DP2, PP2 x DP2, PP4 and an uneven 3 + 1 split bit for bit (G4
-across PP); the validator refuses bad pipeline configs with one line each, before anything
+across PP); a SIGTERM to one rank stops every stage after the same step, and the run resumes
+bit for bit; the validator refuses bad pipeline configs with one line each, before anything
 starts; a stage that fails takes the whole job down with its message.
 Usage: train_pipeline.py BINARY MPIRUN SOURCE_DIR WORK_DIR PART (layouts | resume | errors)"""
 import json
@@ -13,7 +14,7 @@ import shutil
 import subprocess
 import sys
 
-from common import MPI_FLAGS, first_difference, read_trace, run_train
+from common import MPI_FLAGS, first_difference, read_trace, run_train, sigterm_after
 
 binary, mpirun, src, work, part = sys.argv[1:6]
 config = os.path.join(src, "launch", "configs", "tiny.toml")
@@ -142,6 +143,25 @@ elif part == "resume":
     run_train(binary, mpirun, 4, out, config,
               base + ["parallel.pp=2", "parallel.tp=2", "run.resume=auto"])
     expect_same("saved at 1x1x1 (step 2), resumed on TP2 x PP2", ref, read_trace(out))
+
+    # SIGTERM to one rank only (stage 0 of PP2): the stop is agreed over the whole world, so
+    # both stages finish the step, save and exit 4; resumed on one process, the run continues
+    # bit for bit.
+    long = base + ["run.steps=400"]
+    out = os.path.join(work, "sigterm")
+    rc, log, k = sigterm_after(binary, mpirun, 2, out, config, long + ["parallel.pp=2"], 2, ranks=1)
+    saved_k = os.path.exists(os.path.join(out, "checkpoints", f"step_{k:08d}"))
+    if rc != 4 or not saved_k or "signal 15" not in log:
+        failed += 1
+        print(f"  SIGTERM to one rank of PP2: expected exit 4 and a checkpoint at step {k}, "
+              f"got rc {rc}:\n{log[-2000:]}")
+    else:
+        print(f"  SIGTERM to one rank of PP2: both stages stopped after step {k}, saved, exit 4")
+    ref_dir = os.path.join(work, "sigterm_ref")
+    run_train(binary, mpirun, 1, ref_dir, config, long + [f"run.stop_at={k + 2}"])
+    run_train(binary, mpirun, 1, out, config, long + [f"run.stop_at={k + 2}", "run.resume=auto"])
+    expect_same(f"SIGTERM on PP2 after step {k}, resumed on 1x1x1 to step {k + 2}",
+                read_trace(ref_dir), read_trace(out))
 
     # verify bisect across a pipeline: an op of stage 1 perturbed from step 3 on is named, on the
     # ranks of stage 1 only.
