@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "runtime/error.hpp"
+
 namespace lockstep {
 namespace {
 
@@ -26,6 +28,10 @@ PipelineStage PipelineStage::of(const ModelConfig& cfg, int count, int index,
     s.end_layer = per * (index + 1);
     return s;
   }
+  check(static_cast<int>(stage_layers.size()) == count && index >= 0 && index < count,
+        "PipelineStage::of: stage " + std::to_string(index) + " of " + std::to_string(count) +
+            " with " + std::to_string(stage_layers.size()) + " layer counts",
+        "validate parallel.pp_layers first (pipeline_problems)");
   for (int i = 0; i < index; ++i) s.first_layer += stage_layers[static_cast<std::size_t>(i)];
   s.end_layer = s.first_layer + stage_layers[static_cast<std::size_t>(index)];
   return s;
@@ -69,11 +75,13 @@ std::vector<std::string> pipeline_problems(const ModelConfig& cfg, std::int64_t 
       p.push_back("parallel.pp_layers lists " + std::to_string(stage_layers.size()) +
                   " stages, but parallel.pp = " + std::to_string(stages) +
                   "; give one layer count per stage");
-    else if (sum != cfg.layers || smallest < 1)
+    else if (smallest < 1)
+      p.push_back("parallel.pp_layers gives a stage " + std::to_string(smallest) +
+                  " layers; every stage needs at least 1");
+    else if (sum != cfg.layers)
       p.push_back("parallel.pp_layers adds up to " + std::to_string(sum) +
                   " layers, but model.layers = " + std::to_string(cfg.layers) +
-                  "; give each stage at least 1 layer and " + std::to_string(cfg.layers) +
-                  " in all");
+                  "; the counts must add up to model.layers");
     return p;
   }
   if (cfg.layers % stages != 0) {

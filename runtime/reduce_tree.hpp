@@ -113,9 +113,6 @@ class LeafTable {
 class MergeTable {
  public:
   MergeTable(TreeShape shape, std::int64_t max_leaves);
-  int at(std::int64_t n, std::int64_t i) const {
-    return m_[static_cast<std::size_t>(n * (n - 1) / 2 + i)];
-  }
   // The row of the n-leaf tree: merges after each of its n leaves.
   const std::uint8_t* row(std::int64_t n) const { return m_.data() + n * (n - 1) / 2; }
 

@@ -11,12 +11,19 @@ namespace attn_detail {
 LOCKSTEP_ATTN_ROWS_DEFINE(scalar, simd::Scalar)
 }  // namespace attn_detail
 
+namespace {
+// The schedules of the row trees of a C-column causal block (rows of 1 .. C / B leaves), built
+// here (no ISA flags) and passed to the kernels as one flat array (mt.row(1)).
+MergeTable row_trees(const KernelCtx& ctx, std::int64_t C) {
+  return MergeTable(ctx.tree, (C + ctx.reduce_block - 1) / ctx.reduce_block);
+}
+}  // namespace
+
 void softmax_causal_rows(const KernelCtx& ctx, float* S, std::int64_t C, std::int64_t r0,
                          std::int64_t r1, float scale) {
   KernelCtx one = ctx;
   one.threads = 1;
-  // The row trees' schedules, built here (no ISA flags) and passed to the kernels as an array.
-  const MergeTable mt(ctx.tree, (C + ctx.reduce_block - 1) / ctx.reduce_block);
+  const MergeTable mt = row_trees(ctx, C);
   const std::uint8_t* table = mt.row(1);
   switch (ctx.isa) {
     case Isa::avx512:
@@ -33,7 +40,7 @@ void softmax_backward_rows(const KernelCtx& ctx, const float* P, float* G, std::
                            std::int64_t r0, std::int64_t r1, float scale) {
   KernelCtx one = ctx;
   one.threads = 1;
-  const MergeTable mt(ctx.tree, (C + ctx.reduce_block - 1) / ctx.reduce_block);
+  const MergeTable mt = row_trees(ctx, C);
   const std::uint8_t* table = mt.row(1);
   switch (ctx.isa) {
     case Isa::avx512:
