@@ -29,6 +29,7 @@ StageFootprint stage_footprint(const ModelConfig& cfg, int tp, const PipelineSta
     const std::int64_t n = shape_numel(s.shard(tp, 0).local_shape());
     f.param_floats += n;
     f.grad_floats += n * static_cast<std::int64_t>(s.terms.size());
+    f.terms_whole_lines = f.terms_whole_lines && n % 16 == 0;
   }
   const std::int64_t C = cfg.context, T = mb * C, d = cfg.d_model, dl = d / tp;
   const std::int64_t fld = gemm_row_stride(cfg.ffn / tp), vl = cfg.padded_vocab() / tp;

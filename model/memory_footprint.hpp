@@ -18,6 +18,7 @@ namespace lockstep {
 struct StageFootprint {
   std::int64_t param_floats = 0;            // the stage's parameter shards on this TP rank
   std::int64_t grad_floats = 0;             // the model's gradient term buffers (one per term held)
+  bool terms_whole_lines = true;  // every term a multiple of 16 floats (64-byte boundaries)
   std::int64_t forward_state_bytes = 0;     // one microbatch of mb sequences, kept to backward
   std::int64_t backward_scratch_bytes = 0;  // once per rank, reused by every microbatch
 };

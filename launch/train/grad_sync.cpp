@@ -101,6 +101,35 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
     param_block_.resize(static_cast<std::size_t>(part_.param_block()));
     all_params_.resize(static_cast<std::size_t>(part_.param_block() * grid.dp_size()));
   }
+  if (!zero) place_grads_in_buffer();
+}
+
+// Without ZeRO the flat buffer holds every term at term_offset_: the model's terms become views
+// of it (their own storage is freed), when each view starts on a 64-byte boundary (the kernels
+// that write gradients may use aligned vector stores).
+void GradSync::place_grads_in_buffer() {
+  GradTerms& g = model_.grads();
+  for (std::size_t p = 0; p < g.size(); ++p)
+    for (std::size_t t = 0; t < g[p].size(); ++t)
+      if (term_offset_[p][t] % 16 != 0) return;
+  const ParamTable& table = model_.table();
+  const PipelineStage& stage = model_.stage();
+  for (std::size_t p = 0; p < g.size(); ++p)
+    for (std::size_t t = 0; t < g[p].size(); ++t) {
+      Tensor& term = g[p][t];
+      Tensor view = Tensor::view(reduced_.data() + term_offset_[p][t], DType::f32, term.shape(), {},
+                                 term.name());
+      if (term.numel() > 0) view.set_shard(term.shard());
+      if (term.numel() > 0 && !stage.holds_term(table[p], t))
+        absent_terms_.push_back({term_offset_[p][t], term.numel()});
+      term = std::move(view);
+    }
+  in_place_ = true;
+}
+
+void GradSync::begin_microbatch() {
+  reducer_.flush_deferred();
+  for (const Span& a : absent_terms_) std::fill_n(reduced_.data() + a.offset, a.n, 0.0f);
 }
 
 void GradSync::push_microbatch(std::int64_t width) {
@@ -115,6 +144,10 @@ void GradSync::push_microbatch(std::int64_t width) {
     }
     part_.pack_grads(ptrs, flat_.data());
     reducer_.push_microbatch_deferred(flat_.data(), width);
+    return;
+  }
+  if (in_place_) {  // the backward wrote the terms into reduced_ already
+    reducer_.push_microbatch_deferred(reduced_.data(), width);
     return;
   }
   // Copy every term into its place in reduced_, the pieces spread over the threads.

@@ -12,6 +12,11 @@
 // the tied embed.weight's two terms, reduced on the first and the last stage, are exchanged
 // between them and combined on both in table order, and the first stage owns it; the norm adds
 // the stages' exact sums over pp_comm.
+// Memory: without ZeRO the model's gradient terms are views into the flat buffer the reduction
+// runs on (when every term starts on a 64-byte boundary there, as for every model whose sizes
+// are multiples of 16), so a microbatch's backward writes its gradients where the reducer reads
+// them: no second copy of the gradient. The caller calls begin_microbatch() before each
+// backward, which moves the previous microbatch out of that buffer first.
 // Speed: one microbatch per step is packed straight into the reduction's output buffer and
 // reduced there (GradReducer::push_microbatch_deferred); a parameter with one gradient term
 // has its update slice's grad pointing into that buffer (no combine copy); only tied
@@ -26,6 +31,7 @@
 #include "model/gpt.hpp"
 #include "parallel/dp_grad.hpp"
 #include "parallel/zero.hpp"
+#include "runtime/aligned_vector.hpp"
 #include "runtime/grid.hpp"
 #include "runtime/state_piece.hpp"
 
@@ -54,9 +60,15 @@ class GradSync {
            std::int64_t leaves);
 
   void begin_step() { reducer_.reset(); }
+  // Before each microbatch's backward: the previous microbatch's gradients leave the buffer the
+  // model writes into (and, on a pipeline stage, the terms this stage does not compute are
+  // zeros again, as in a model that owns its gradients).
+  void begin_microbatch();
   // Adds the model's current gradients (one microbatch, covering `width` leaves of the tree) to
   // the step's counter.
   void push_microbatch(std::int64_t width);
+  // The model's gradient terms live in the reduction's buffer (see the header comment).
+  bool grads_in_place() const { return in_place_; }
   // Canonical DP reduction and term combination: fills the slices' grad.
   void reduce();
   // Exact global gradient norm over all slices (collective over DP and TP).
@@ -76,6 +88,7 @@ class GradSync {
 
  private:
   void exchange_stage_terms(std::size_t p, const std::vector<float*>& terms);
+  void place_grads_in_buffer();
   StatePiece absent_piece(const std::string& name, const ParamSpec& spec) const;
 
   Gpt& model_;
@@ -87,8 +100,13 @@ class GradSync {
   ZeroPartition part_;
   GradReducer reducer_;
   std::vector<float> flat_;     // [dp * grad_block] (ZeRO only): one microbatch
-  std::vector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]; without ZeRO also the
-                                // microbatch buffer (packed here, reduced in place)
+  AlignedVector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]; without ZeRO also the
+                                  // microbatch buffer (the model's terms, reduced in place)
+  bool in_place_ = false;         // the model's gradient terms are views into reduced_
+  struct Span {
+    std::int64_t offset, n;
+  };
+  std::vector<Span> absent_terms_;  // in reduced_: terms of held parameters this stage skips
   std::vector<float> param_block_, all_params_;   // ZeRO allgather buffers
   std::vector<std::vector<float>> grad_, m_, v_;  // [param][slice elements]; grad_ only
                                                   // for parameters of several terms

@@ -22,10 +22,10 @@ int rank_threads(const Config& c, int world_size) {
 }
 
 // Stage s's ranks (launch/train/grad_sync.cpp, parallel/dp_grad.hpp). Gradients: the model's
-// term buffers, the reducer's flat buffer (with ZeRO the whole microbatch plus this rank's
-// reduced segment) and the combiner's partial sums (up to ceil(log2 m) when m > 1). AdamW: m
-// and v of the owned elements, a multi-term parameter's combined gradient, and ZeRO's
-// allgather buffers.
+// term buffers (without ZeRO they are the reducer's flat buffer itself; with ZeRO that buffer
+// holds the whole microbatch again, plus this rank's reduced segment) and the combiner's partial
+// sums (up to ceil(log2 m) when m > 1). AdamW: m and v of the owned elements, a multi-term
+// parameter's combined gradient, and ZeRO's allgather buffers.
 StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m) {
   const int tp = static_cast<int>(c.parallel.tp), pp = static_cast<int>(c.parallel.pp);
   const std::int64_t dp = world_size / (tp * pp);
@@ -38,7 +38,8 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   StageMemory r;
   r.stage = s;
   r.weights = kF * W;
-  r.gradients = kF * (G + (c.parallel.zero ? G + G / dp : G) + levels * G);
+  const std::int64_t flat = c.parallel.zero ? G + G / dp : f.terms_whole_lines ? 0 : G;
+  r.gradients = kF * (G + flat + levels * G);
   r.optimizer = kF * (2 * W / zdp + (G - W) / zdp + (c.parallel.zero ? W + W / dp : 0));
   r.slots = pp > 1 ? pipeline_slots(c.parallel.schedule, pp, s, m) : 1;
   r.microbatch_bytes = f.forward_state_bytes;

@@ -1,10 +1,10 @@
 // The memory a training job will need per rank, estimated from the config before anything
 // starts (docs/design.md section 8, "memory per stage"): for each pipeline stage, one rank's
-// weights, gradient buffers (the model's terms, the reducer's flat buffer and microbatch
-// combiner), AdamW moments (divided over DP with ZeRO-1, with its allgather buffers),
-// activations (the forward state of one microbatch, model/memory_footprint.hpp, times the
-// microbatches the schedule keeps in flight on that stage) and the backward's scratch. Not
-// counted: the process itself (binary, libraries, Open MPI, allocator; kProcessBytes) and the
+// weights, gradient buffers (the model's terms, which are the reducer's flat buffer without
+// ZeRO, and the microbatch combiner), AdamW moments (divided over DP with ZeRO-1, with its
+// allgather buffers), activations (the forward state of one microbatch, model/memory_footprint.hpp,
+// times the microbatches the schedule keeps in flight on that stage) and the backward's scratch.
+// Not counted: the process itself (binary, libraries, Open MPI, allocator; kProcessBytes) and the
 // data loader's token buffers.
 // Determinism contract: none needed (bookkeeping; nothing here touches a value).
 #pragma once
