@@ -27,6 +27,7 @@
 #include "data/tokenizer.hpp"
 #include "launch/cli/commands.hpp"
 #include "runtime/error.hpp"
+#include "runtime/text.hpp"
 
 namespace lockstep::cli {
 namespace {
@@ -149,17 +150,6 @@ void add_raw_file(const std::string& path, DocumentWriter& w) {
   ss << in.rdbuf();
   if (in.bad()) fail("cannot read " + path + ": " + std::strerror(errno));
   w.add(ss.str());
-}
-
-std::string human_bytes(int64_t b) {
-  char buf[64];
-  if (b >= (1 << 20))
-    std::snprintf(buf, sizeof buf, "%.2f MiB", double(b) / (1 << 20));
-  else if (b >= 1024)
-    std::snprintf(buf, sizeof buf, "%.1f KiB", double(b) / 1024);
-  else
-    std::snprintf(buf, sizeof buf, "%lld B", static_cast<long long>(b));
-  return buf;
 }
 
 int run_preprocess(const PreprocessConfig& c) {

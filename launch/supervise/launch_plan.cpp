@@ -18,6 +18,7 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/isa.hpp"
+#include "runtime/text.hpp"
 
 namespace lockstep::supervise {
 namespace {
@@ -230,12 +231,11 @@ std::int64_t available_memory() {
 std::string memory_warning(const config::Config& cfg, int np) {
   const std::int64_t avail = available_memory();
   if (avail <= 0) return "";
-  std::int64_t need = np * config::kProcessBytes;  // the processes themselves
-  for (const auto& st : config::memory_estimate(cfg, np))
-    need += st.total() * (np / cfg.parallel.pp);
+  const std::int64_t need =
+      np * config::kProcessBytes + config::all_ranks_bytes(config::memory_estimate(cfg, np), np);
   if (need <= avail) return "";
   return "warning: the " + std::to_string(np) + " ranks are estimated to need " +
-         config::human_bytes(need) + ", more than the " + config::human_bytes(avail) +
+         human_bytes(need) + ", more than the " + human_bytes(avail) +
          " this host has available; a smaller parallel.microbatch, more pipeline stages "
          "(--pp), ZeRO (parallel.zero) or more hosts would reduce it";
 }

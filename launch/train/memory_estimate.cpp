@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <bit>
-#include <cstdio>
 #include <thread>
 
 #include "launch/train/validate.hpp"
 #include "model/memory_footprint.hpp"
 #include "model/pipeline_stage.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "runtime/text.hpp"
 
 namespace lockstep::config {
 namespace {
@@ -65,32 +65,24 @@ std::vector<StageMemory> memory_estimate(const Config& c, int world_size) {
   return out;
 }
 
+std::int64_t all_ranks_bytes(const std::vector<StageMemory>& est, int world_size) {
+  std::int64_t all = 0;
+  for (const StageMemory& r : est) all += r.total() * (world_size / std::ssize(est));
+  return all;
+}
+
 std::vector<std::string> memory_lines(const Config& c, int world_size) {
   const std::vector<StageMemory> est = memory_estimate(c, world_size);
   std::vector<std::string> lines;
   if (est.empty()) return lines;
-  std::int64_t all = 0;
-  for (const StageMemory& r : est) all += r.total() * (world_size / c.parallel.pp);
-  const std::string sum = "; all " + std::to_string(world_size) + " ranks " + human_bytes(all) +
-                          ", plus about " + human_bytes(kProcessBytes) + " per process";
+  const std::string sum = "; all " + std::to_string(world_size) + " ranks " +
+                          human_bytes(all_ranks_bytes(est, world_size)) + ", plus about " +
+                          human_bytes(kProcessBytes) + " per process";
   if (est.size() == 1) return {"memory per rank (estimate): " + breakdown(est[0]) + sum};
   lines.push_back("memory per rank (estimate)" + sum + ":");
   for (const StageMemory& r : est)
     lines.push_back("  stage " + std::to_string(r.stage) + ": " + breakdown(r));
   return lines;
-}
-
-std::string human_bytes(std::int64_t bytes) {
-  if (bytes < 1024) return std::to_string(bytes) + " B";
-  double v = static_cast<double>(bytes) / 1024;
-  const char* unit = "KiB";
-  for (const char* next : {"MiB", "GiB", "TiB"}) {
-    if (v < 1024) break;
-    v /= 1024, unit = next;
-  }
-  char buf[32];  // three significant digits
-  std::snprintf(buf, sizeof buf, v < 10 ? "%.2f %s" : v < 100 ? "%.1f %s" : "%.0f %s", v, unit);
-  return buf;
 }
 
 }  // namespace lockstep::config

@@ -17,7 +17,7 @@
 
 namespace lockstep::config {
 
-// What a rank's process holds besides the estimate: peak RSS minus the estimate measured 26-44
+// What a rank's process holds besides the estimate: peak RSS minus the estimate measured 26-45
 // MiB on tiny and bench-small (docs/benchmarks.md, "Pipeline parallelism").
 constexpr std::int64_t kProcessBytes = std::int64_t{50} << 20;
 
@@ -33,11 +33,11 @@ struct StageMemory {
 // `world_size` ranks (config_problems).
 std::vector<StageMemory> memory_estimate(const Config& cfg, int world_size);
 
+// The estimate's bytes over all `world_size` ranks (each stage's ranks alike).
+std::int64_t all_ranks_bytes(const std::vector<StageMemory>& est, int world_size);
+
 // "memory per rank (estimate): 1.52 GiB = weights 475 MiB + gradients ..." (one stage) or one
 // line per stage, then the sum over all ranks.
 std::vector<std::string> memory_lines(const Config& cfg, int world_size);
-
-// Three significant digits: 512 B, 12.5 KiB, 412 MiB, 1.52 GiB.
-std::string human_bytes(std::int64_t bytes);
 
 }  // namespace lockstep::config

@@ -8,6 +8,7 @@
 #include "launch/train/memory_estimate.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
+#include "runtime/text.hpp"
 
 using namespace lockstep;
 using namespace lockstep::config;
