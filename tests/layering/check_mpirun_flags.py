@@ -14,7 +14,9 @@ import re
 import sys
 
 root = sys.argv[1] if len(sys.argv) > 1 else os.getcwd()
-SKIP = {"build", ".git", "__pycache__"}
+# build outputs, and what tests/gpu/bundle.sh and rehearse.sh write (generated from
+# launch/mpirun.flags; ignored by git)
+SKIP = {"build", ".git", "__pycache__", "gpu-bundle", "gpu-rehearsal", "gpu-out"}
 OWN = {os.path.join("launch", "mpirun.flags"), os.path.join("tests", "layering",
                                                             "check_mpirun_flags.py")}
 CODE = (".py", ".sh", ".cpp", ".hpp", ".h", ".cu", ".cuh", ".cmake", ".in", "CMakeLists.txt")
