@@ -204,21 +204,26 @@ struct Kernel {
 #pragma GCC unroll 4
           for (int v = 0; v < NV; ++v) V::storeu(C + r * ldc + v * V::W, t.c[r][v]);
     } else {
-      for (int r = 0; r < rows; ++r)
+#pragma GCC unroll 16
+      for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
         for (int v = 0; v < NV; ++v) {
           const int n = std::clamp(cols - v * V::W, 0, V::W);
-          if (n > 0) V::store_partial(C + r * ldc + v * V::W, t.c[r][v], n);
+          if (r < rows && n > 0) V::store_partial(C + r * ldc + v * V::W, t.c[r][v], n);
         }
     }
   }
   static inline void load_c(Tile& t, const float* C, std::int64_t ldc, int rows, int cols) {
     set_identity(t);
-    for (int r = 0; r < rows; ++r)
+#pragma GCC unroll 16
+    for (int r = 0; r < MR; ++r)
+#pragma GCC unroll 4
       for (int v = 0; v < NV; ++v) {
         const int n = std::clamp(cols - v * V::W, 0, V::W);
+        if (r >= rows || n == 0) continue;
         if (n == V::W)
           t.c[r][v] = V::loadu(C + r * ldc + v * V::W);
-        else if (n > 0)
+        else
           t.c[r][v] = V::load_partial(C + r * ldc + v * V::W, n);
       }
   }
