@@ -257,6 +257,8 @@ struct Kernel {
                                             std::int64_t lda, const float* bp, float* stk,
                                             const float* const* adds, int nadds, float* slot,
                                             float* C, std::int64_t ldc, int rows, int cols) {
+    // A panel is a node of the tree: at least one leaf (tells the compiler that t is set).
+    if (nleaves < 1) __builtin_unreachable();
     Tile t;
     A ap(a, lda);
     {  // the post-order stack over the leaves of this panel

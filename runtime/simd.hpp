@@ -51,6 +51,10 @@
 // generic vector of W floats for kernels that let the compiler pick the instructions
 // (model/kernels/ln_rows_impl.hpp: one row per lane).
 //
+// The lane types' operations are LOCKSTEP_HD (runtime/hd.hpp: empty for the host compiler), so a
+// kernel over Vec<T> also compiles for the GPU when T is a device trait
+// (runtime/cuda/simd_device.hpp: DeviceScalar, one float per thread).
+//
 // Determinism contract: every trait operation is one IEEE-rounded operation per lane (fma: one
 // rounding; Scalar's fma is std::fma, correctly rounded) and a selection moves bits (never a
 // float move that could quiet a NaN), so a kernel written once over T performs the same IEEE
@@ -64,6 +68,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+
+#include "runtime/hd.hpp"
 
 namespace lockstep::simd {
 namespace {
@@ -157,33 +163,33 @@ struct Sse2 {
 template <class T>
 struct Mask {
   typename T::mask v;
-  friend Mask operator&(Mask a, Mask b) { return {T::mand(a.v, b.v)}; }
-  friend Mask operator|(Mask a, Mask b) { return {T::mor(a.v, b.v)}; }
+  friend LOCKSTEP_HD Mask operator&(Mask a, Mask b) { return {T::mand(a.v, b.v)}; }
+  friend LOCKSTEP_HD Mask operator|(Mask a, Mask b) { return {T::mor(a.v, b.v)}; }
 };
 
 template <class T>
 struct Int {
   typename T::ireg v;
   Int() = default;
-  explicit Int(std::int32_t x) : v(T::iset1(x)) {}
-  static Int raw(typename T::ireg x) {
+  LOCKSTEP_HD explicit Int(std::int32_t x) : v(T::iset1(x)) {}
+  LOCKSTEP_HD static Int raw(typename T::ireg x) {
     Int r;
     r.v = x;
     return r;
   }
-  friend Int operator+(Int a, Int b) { return raw(T::iadd(a.v, b.v)); }
-  friend Int operator-(Int a, Int b) { return raw(T::isub(a.v, b.v)); }
-  friend Int operator&(Int a, Int b) { return raw(T::iand(a.v, b.v)); }
-  friend Int operator|(Int a, Int b) { return raw(T::ior(a.v, b.v)); }
-  friend Int operator^(Int a, Int b) { return raw(T::ixor(a.v, b.v)); }
-  friend Mask<T> operator==(Int a, Int b) { return {T::ieq(a.v, b.v)}; }
+  friend LOCKSTEP_HD Int operator+(Int a, Int b) { return raw(T::iadd(a.v, b.v)); }
+  friend LOCKSTEP_HD Int operator-(Int a, Int b) { return raw(T::isub(a.v, b.v)); }
+  friend LOCKSTEP_HD Int operator&(Int a, Int b) { return raw(T::iand(a.v, b.v)); }
+  friend LOCKSTEP_HD Int operator|(Int a, Int b) { return raw(T::ior(a.v, b.v)); }
+  friend LOCKSTEP_HD Int operator^(Int a, Int b) { return raw(T::ixor(a.v, b.v)); }
+  friend LOCKSTEP_HD Mask<T> operator==(Int a, Int b) { return {T::ieq(a.v, b.v)}; }
 };
 template <int N, class T>
-inline Int<T> shl(Int<T> a) {
+LOCKSTEP_HD inline Int<T> shl(Int<T> a) {
   return Int<T>::raw(T::template shl<N>(a.v));
 }
 template <int N, class T>
-inline Int<T> sra(Int<T> a) {
+LOCKSTEP_HD inline Int<T> sra(Int<T> a) {
   return Int<T>::raw(T::template sra<N>(a.v));
 }
 
@@ -194,61 +200,61 @@ struct Vec {
   static constexpr int W = T::W;
   typename T::reg v;
   Vec() = default;
-  Vec(float x) : v(T::set1(x)) {}  // NOLINT: broadcast
-  static Vec raw(typename T::reg x) {
+  LOCKSTEP_HD Vec(float x) : v(T::set1(x)) {}  // NOLINT: broadcast
+  LOCKSTEP_HD static Vec raw(typename T::reg x) {
     Vec r;
     r.v = x;
     return r;
   }
-  static Vec load(const float* p) { return raw(T::load(p)); }
-  static Vec loadu(const float* p) { return raw(T::loadu(p)); }
-  static Vec load_n(const float* p, std::int64_t n) { return raw(T::load_n(p, n)); }
-  friend Vec operator+(Vec a, Vec b) { return raw(T::add(a.v, b.v)); }
-  friend Vec operator-(Vec a, Vec b) { return raw(T::sub(a.v, b.v)); }
-  friend Vec operator-(Vec a) { return raw(T::neg(a.v)); }
-  friend Vec operator*(Vec a, Vec b) { return raw(T::mul(a.v, b.v)); }
-  friend Vec operator/(Vec a, Vec b) { return raw(T::div(a.v, b.v)); }
-  friend M operator<(Vec a, Vec b) { return {T::lt(a.v, b.v)}; }
-  friend M operator<=(Vec a, Vec b) { return {T::le(a.v, b.v)}; }
-  friend M operator>(Vec a, Vec b) { return {T::gt(a.v, b.v)}; }
-  friend M operator>=(Vec a, Vec b) { return {T::ge(a.v, b.v)}; }
-  friend M operator==(Vec a, Vec b) { return {T::eq(a.v, b.v)}; }
-  friend M operator!=(Vec a, Vec b) { return {T::ne(a.v, b.v)}; }
+  LOCKSTEP_HD static Vec load(const float* p) { return raw(T::load(p)); }
+  LOCKSTEP_HD static Vec loadu(const float* p) { return raw(T::loadu(p)); }
+  LOCKSTEP_HD static Vec load_n(const float* p, std::int64_t n) { return raw(T::load_n(p, n)); }
+  friend LOCKSTEP_HD Vec operator+(Vec a, Vec b) { return raw(T::add(a.v, b.v)); }
+  friend LOCKSTEP_HD Vec operator-(Vec a, Vec b) { return raw(T::sub(a.v, b.v)); }
+  friend LOCKSTEP_HD Vec operator-(Vec a) { return raw(T::neg(a.v)); }
+  friend LOCKSTEP_HD Vec operator*(Vec a, Vec b) { return raw(T::mul(a.v, b.v)); }
+  friend LOCKSTEP_HD Vec operator/(Vec a, Vec b) { return raw(T::div(a.v, b.v)); }
+  friend LOCKSTEP_HD M operator<(Vec a, Vec b) { return {T::lt(a.v, b.v)}; }
+  friend LOCKSTEP_HD M operator<=(Vec a, Vec b) { return {T::le(a.v, b.v)}; }
+  friend LOCKSTEP_HD M operator>(Vec a, Vec b) { return {T::gt(a.v, b.v)}; }
+  friend LOCKSTEP_HD M operator>=(Vec a, Vec b) { return {T::ge(a.v, b.v)}; }
+  friend LOCKSTEP_HD M operator==(Vec a, Vec b) { return {T::eq(a.v, b.v)}; }
+  friend LOCKSTEP_HD M operator!=(Vec a, Vec b) { return {T::ne(a.v, b.v)}; }
 };
 template <class T>
-inline Vec<T> fma(Vec<T> a, Vec<T> b, Vec<T> c) {
+LOCKSTEP_HD inline Vec<T> fma(Vec<T> a, Vec<T> b, Vec<T> c) {
   return Vec<T>::raw(T::fma(a.v, b.v, c.v));
 }
 template <class T>
-inline Vec<T> sqrt(Vec<T> a) {
+LOCKSTEP_HD inline Vec<T> sqrt(Vec<T> a) {
   return Vec<T>::raw(T::sqrt(a.v));
 }
 template <class T>
-inline Int<T> as_int(Vec<T> a) {
+LOCKSTEP_HD inline Int<T> as_int(Vec<T> a) {
   return Int<T>::raw(T::as_int(a.v));
 }
 template <class T>
-inline Vec<T> as_float(Int<T> a) {
+LOCKSTEP_HD inline Vec<T> as_float(Int<T> a) {
   return Vec<T>::raw(T::as_float(a.v));
 }
 template <class T>
-inline Vec<T> to_float(Int<T> a) {
+LOCKSTEP_HD inline Vec<T> to_float(Int<T> a) {
   return Vec<T>::raw(T::to_float(a.v));
 }
 template <class T>
-inline Vec<T> sel(Mask<T> m, Vec<T> a, Vec<T> b) {
+LOCKSTEP_HD inline Vec<T> sel(Mask<T> m, Vec<T> a, Vec<T> b) {
   return Vec<T>::raw(T::sel(m.v, a.v, b.v));
 }
 template <class T>
-inline void store(float* p, Vec<T> a) {
+LOCKSTEP_HD inline void store(float* p, Vec<T> a) {
   T::store(p, a.v);
 }
 template <class T>
-inline void storeu(float* p, Vec<T> a) {
+LOCKSTEP_HD inline void storeu(float* p, Vec<T> a) {
   T::storeu(p, a.v);
 }
 template <class T>
-inline void store_n(float* p, Vec<T> a, std::int64_t n) {
+LOCKSTEP_HD inline void store_n(float* p, Vec<T> a, std::int64_t n) {
   T::store_n(p, a.v, n);
 }
 

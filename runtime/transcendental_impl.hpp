@@ -16,10 +16,14 @@
 // sra<n>, I(int32) broadcast, to_float(I) (exact for the small ints used here); comparisons
 // < <= > >= == on F (ordered: false on NaN), != (unordered: true on NaN) and == on I; mask & |;
 // sel(m, a, b) = m ? a : b per lane; F::loadu, F::load_n, storeu, store_n for the array loops.
+// The kernels (exp_k ... gelu_pair_k and their helpers) are LOCKSTEP_HD: over the device trait
+// (runtime/cuda/simd_device.hpp) nvcc compiles this same source for the GPU
+// (runtime/cuda/math_device.hpp), which is how the GPU gets the CPU's bits (G5).
 #pragma once
 
 #include <cstdint>
 
+#include "runtime/hd.hpp"
 #include "runtime/simd.hpp"
 
 namespace lockstep::math::detail {
@@ -56,30 +60,30 @@ constexpr float kGelu3C = 1.341450065e-01f;  // float(3 * 0.044715)
 
 // ---- small helpers -----------------------------------------------------------------------------
 template <class F>
-inline F fabs_(F x) {
+LOCKSTEP_HD inline F fabs_(F x) {
   using I = typename F::I;
   return as_float(as_int(x) & I(0x7fffffff));
 }
 // |mag| with the sign bit of sgn.
 template <class F>
-inline F copysign_(F mag, F sgn) {
+LOCKSTEP_HD inline F copysign_(F mag, F sgn) {
   using I = typename F::I;
   return as_float((as_int(mag) & I(0x7fffffff)) | (as_int(sgn) & I(int32_t(0x80000000u))));
 }
 // x with its sign flipped where sgn is negative.
 template <class F>
-inline F xorsign_(F x, F sgn) {
+LOCKSTEP_HD inline F xorsign_(F x, F sgn) {
   using I = typename F::I;
   return as_float(as_int(x) ^ (as_int(sgn) & I(int32_t(0x80000000u))));
 }
 // 2^n for integer lanes n in [-126, 127].
 template <class F>
-inline F pow2i_(typename F::I n) {
+LOCKSTEP_HD inline F pow2i_(typename F::I n) {
   using I = typename F::I;
   return as_float(shl<23>(n + I(127)));
 }
 template <class F>
-inline typename F::M isnan_(F x) {
+LOCKSTEP_HD inline typename F::M isnan_(F x) {
   return x != x;  // != is unordered-or-unequal: true exactly for NaN here
 }
 // ---- Twin<F>: two vectors per operation ---------------------------------------------------------
@@ -163,7 +167,7 @@ inline Twin<F> sel(TwinM<F> m, Twin<F> x, Twin<F> y) {
 // subnormal results are rounded once. Inputs are clamped to [-120, 89], which keeps n in
 // [-174, 128]: overflow and underflow then round to Inf and 0 by themselves; NaN passes through.
 template <class F>
-inline F exp_parts_(F x, F& s1, F& s2) {
+LOCKSTEP_HD inline F exp_parts_(F x, F& s1, F& s2) {
   using I = typename F::I;
   F xc = sel(x > F(89.0f), F(89.0f), x);
   xc = sel(xc < F(-120.0f), F(-120.0f), xc);
@@ -187,7 +191,7 @@ inline F exp_parts_(F x, F& s1, F& s2) {
 // exp(x) = (e * s1) * s2 with e = exp_parts_(x, s1, s2): the first product is exact (normal),
 // the second rounds once.
 template <class F>
-inline F exp_k(F x) {
+LOCKSTEP_HD inline F exp_k(F x) {
   F s1, s2;
   F e = exp_parts_(x, s1, s2);
   return (e * s1) * s2;
@@ -198,7 +202,7 @@ inline F exp_k(F x) {
 // log(m) = f - f^2/2 + s (f^2/2 + R(s^2)), k ln2 added in two parts. Subnormals are scaled by
 // 2^25 first. log(+-0) = -Inf, log(x<0) = NaN, log(+Inf) = +Inf, NaN passes through.
 template <class F>
-inline F log_k(F x) {
+LOCKSTEP_HD inline F log_k(F x) {
   using I = typename F::I;
   using M = typename F::M;
   M sub = x < F(0x1p-126f);
@@ -227,7 +231,7 @@ inline F log_k(F x) {
 // |x| < 0.625: tanh = a + a^3 P(a^2), P a degree-5 fit (|error| 1.6e-9); otherwise
 // tanh = 1 - 2/(exp(2a) + 1) (saturates to 1 by itself). Sign restored last, so tanh(-0) = -0.
 template <class F>
-inline F tanh_k(F x) {
+LOCKSTEP_HD inline F tanh_k(F x) {
   F a = fabs_(x);
   F z = a * a;
   F p = F(2.292744815e-03f);
@@ -246,7 +250,7 @@ inline F tanh_k(F x) {
 // |x| < 1: erf = a + a Q(a^2), Q a degree-6 fit (|error| 1.2e-9). 1 <= |x| < 3.9375:
 // erf = 1 - exp(L(a)), L a degree-8 erfc-weighted fit of log(erfc(a)). Beyond: +-1.
 template <class F>
-inline F erf_k(F x) {
+LOCKSTEP_HD inline F erf_k(F x) {
   F a = fabs_(x);
   F z = a * a;
   F q = F(7.875874871e-05f);
@@ -278,7 +282,7 @@ inline F erf_k(F x) {
 // sin(pi r) = pi_hi r + r (pi_lo + r^2 S(r^2)), cos(pi r) = 1 + r^2 C(r^2) (degree-3 fits).
 // sinpi(n) = +-0 with the sign of n, cospi(n + 1/2) = +0 (IEEE 754-2008); Inf and NaN give NaN.
 template <class F>
-inline void sincospi_k(F x, F& sin_out, F& cos_out) {
+LOCKSTEP_HD inline void sincospi_k(F x, F& sin_out, F& cos_out) {
   using I = typename F::I;
   using M = typename F::M;
   F a = fabs_(x);
@@ -319,13 +323,13 @@ inline void sincospi_k(F x, F& sin_out, F& cos_out) {
   cos_out = sel(bad, nan_in, co);
 }
 template <class F>
-inline F sinpi_k(F x) {
+LOCKSTEP_HD inline F sinpi_k(F x) {
   F s, c;
   sincospi_k(x, s, c);
   return s;
 }
 template <class F>
-inline F cospi_k(F x) {
+LOCKSTEP_HD inline F cospi_k(F x) {
   F s, c;
   sincospi_k(x, s, c);
   return c;
@@ -341,7 +345,7 @@ inline F cospi_k(F x) {
 // m = exp(-|w|) = em * s2 (em = m / s2 is a normal number, so results below 2^-126 are
 // rounded once, at the final multiplication by s2), d = 1 + m = dh + dl exactly.
 template <class F>
-inline void gelu_parts_(F x, F& xc, F& z, F& em, F& s2, F& m, F& dh, F& dl) {
+LOCKSTEP_HD inline void gelu_parts_(F x, F& xc, F& z, F& em, F& s2, F& m, F& dh, F& dl) {
   F a = fabs_(x);
   xc = sel(a > F(20.0f), copysign_(F(20.0f), x), x);
   // x^2 = zh + zl exactly
@@ -375,7 +379,7 @@ inline void gelu_parts_(F x, F& xc, F& z, F& em, F& s2, F& m, F& dh, F& dl) {
 // (FMA), and one correction by it, scaled by r, lands at the quotient. Every quotient by d shares
 // the one division r, so GELU and its derivative cost one division per lane, not six.
 template <class F>
-inline F div_dd_(F nh, F nl, F dh, F dl, F r) {
+LOCKSTEP_HD inline F div_dd_(F nh, F nl, F dh, F dl, F r) {
   F q = nh * r;
   F rem = (fma(-q, dh, nh) + nl) - q * dl;
   return sel(q == F(0.0f), q, q + rem * r);  // keeps the sign of a zero quotient
@@ -384,7 +388,7 @@ inline F div_dd_(F nh, F nl, F dh, F dl, F r) {
 // One quotient per lane, its numerator chosen by the sign first: every lane does exactly the
 // operations of its own branch (the quotient of the other branch was never used).
 template <class F>
-inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl, F r) {
+LOCKSTEP_HD inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl, F r) {
   auto pos = x >= F(0.0f);
   F nh = xc * em;
   F nl = fma(xc, em, -nh);
@@ -393,14 +397,14 @@ inline F gelu_value_(F x, F xc, F em, F s2, F dh, F dl, F r) {
   return sel(isnan_(x), x + x, y);
 }
 template <class F>
-inline F gelu_tanh_k(F x) {
+LOCKSTEP_HD inline F gelu_tanh_k(F x) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
   return gelu_value_(x, xc, em, s2, dh, dl, F(1.0f) / dh);
 }
 // d/dx gelu = s (1 + x (1 - s) w'(x)), s = sigmoid(w), w' = K (1 + 3 c x^2).
 template <class F>
-inline F gelu_tanh_grad_k(F x) {
+LOCKSTEP_HD inline F gelu_tanh_grad_k(F x) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
   auto pos = x >= F(0.0f);
@@ -418,7 +422,7 @@ inline F gelu_tanh_grad_k(F x) {
 // operations of gelu_tanh_k / gelu_tanh_grad_k on the same intermediate values, so the bits are
 // theirs (only the shared prefix is not repeated).
 template <class F>
-inline void gelu_pair_k(F x, F& y_out, F& g_out) {
+LOCKSTEP_HD inline void gelu_pair_k(F x, F& y_out, F& g_out) {
   F xc, z, em, s2, m, dh, dl;
   gelu_parts_(x, xc, z, em, s2, m, dh, dl);
   F r = F(1.0f) / dh;

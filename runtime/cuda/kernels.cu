@@ -1,11 +1,12 @@
 // Kernels and launchers of runtime/cuda/kernels.hpp (Philox fills, LayerNorm, AdamW, embedding
-// backward, the tree-node add of the NCCL collectives). One translation unit on purpose: each
-// .cu costs two device compilations (sm_90a and compute_80) in CI.
+// backward, the transcendentals, the tree-node add of the NCCL collectives). One translation unit
+// on purpose: each .cu costs two device compilations (sm_90a and compute_80) in CI.
 #include "runtime/cuda/kernels.hpp"
 
 #include <string>
 
 #include "runtime/cuda/device.hpp"
+#include "runtime/cuda/math_device.hpp"
 #include "runtime/cuda/philox_core.hpp"
 #include "runtime/error.hpp"
 
@@ -52,6 +53,60 @@ __global__ void layernorm_canonical_kernel(const float* x, std::int64_t T, std::
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t < T)
     hd::layernorm_row_forward(x + t * n, n, w, b, eps, rule, xhat + t * n, rstd + t, y + t * n);
+}
+
+__device__ float math_fn(MathFn fn, float x) {
+  switch (fn) {
+    case MathFn::exp:
+      return hd::math::exp(x);
+    case MathFn::log:
+      return hd::math::log(x);
+    case MathFn::tanh:
+      return hd::math::tanh(x);
+    case MathFn::erf:
+      return hd::math::erf(x);
+    case MathFn::sinpi:
+      return hd::math::sinpi(x);
+    case MathFn::cospi:
+      return hd::math::cospi(x);
+    case MathFn::gelu_tanh:
+      return hd::math::gelu_tanh(x);
+    case MathFn::gelu_tanh_grad:
+      return hd::math::gelu_tanh_grad(x);
+  }
+  return x;
+}
+
+__global__ void math_apply_kernel(MathFn fn, const float* x, float* y, std::int64_t n) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) y[k] = math_fn(fn, x[k]);
+}
+
+__global__ void gelu_pair_kernel(const float* x, float* y, float* g, std::int64_t n) {
+  const std::int64_t k = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k < n) {
+    float a, b;
+    hd::math::gelu_tanh_and_grad(x[k], a, b);
+    y[k] = a;
+    g[k] = b;
+  }
+}
+
+__global__ void layernorm_backward_rows_kernel(const float* dy, const float* xhat,
+                                               const float* rstd, const float* w, std::int64_t T,
+                                               std::int64_t n, hd::SumRuleHD rule, bool accumulate,
+                                               float* dx) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < T)
+    hd::layernorm_row_backward(dy + t * n, xhat + t * n, rstd[t], w, n, rule, accumulate,
+                               dx + t * n);
+}
+
+__global__ void layernorm_param_grad_kernel(const float* dy, const float* xhat, std::int64_t T,
+                                            std::int64_t n, hd::SumRuleHD tokens, float* dw,
+                                            float* db) {
+  const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (j < n) hd::layernorm_param_grad_column(dy, xhat, T, n, j, tokens, dw + j, db + j);
 }
 
 __device__ float warp_sum(float v) {
@@ -175,6 +230,20 @@ void layernorm_forward_fast(cudaStream_t stream, const float* x, std::int64_t T,
   LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_fast_kernel");
 }
 
+void layernorm_backward_canonical(cudaStream_t stream, const float* dy, const float* xhat,
+                                  const float* rstd, const float* w, std::int64_t T, std::int64_t n,
+                                  const hd::SumRuleHD& features, const hd::SumRuleHD& tokens,
+                                  float* dx_out, bool accumulate, float* dw, float* db) {
+  check_n(T, "cuda::layernorm_backward_canonical rows");
+  check_n(n, "cuda::layernorm_backward_canonical features");
+  if (T == 0 || n == 0) return;
+  layernorm_backward_rows_kernel<<<blocks_for(T), kBlock, 0, stream>>>(
+      dy, xhat, rstd, w, T, n, features, accumulate, dx_out);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_backward_rows_kernel");
+  layernorm_param_grad_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dy, xhat, T, n, tokens, dw, db);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_param_grad_kernel");
+}
+
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,
                 float* m, float* v, std::int64_t n) {
   check_n(n, "cuda::adamw_step");
@@ -210,6 +279,20 @@ void embedding_backward_atomic(cudaStream_t stream, const std::int32_t* row_of, 
   embedding_atomic_kernel<<<dim3(unsigned(T), column_chunks(width)), 128, 0, stream>>>(
       row_of, T, dX, width, ld, row_lo, rows, out);
   LOCKSTEP_CUDA_CHECK_LAUNCH("embedding_atomic_kernel");
+}
+
+void math_apply(cudaStream_t stream, MathFn fn, const float* x, float* y, std::int64_t n) {
+  check_n(n, "cuda::math_apply");
+  if (n == 0) return;
+  math_apply_kernel<<<blocks_for(n), kBlock, 0, stream>>>(fn, x, y, n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("math_apply_kernel");
+}
+
+void gelu_tanh_and_grad(cudaStream_t stream, const float* x, float* y, float* g, std::int64_t n) {
+  check_n(n, "cuda::gelu_tanh_and_grad");
+  if (n == 0) return;
+  gelu_pair_kernel<<<blocks_for(n), kBlock, 0, stream>>>(x, y, g, n);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("gelu_pair_kernel");
 }
 
 void tree_add(cudaStream_t stream, const float* lower, const float* upper, float* out,

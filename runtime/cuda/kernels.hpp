@@ -12,8 +12,9 @@
 //   model, but not the canonical sum: different bits from the CPU).
 //   embedding_backward_atomic: float atomicAdd in whatever order the hardware applies them:
 //   not repeatable; this is the fast-mode baseline only.
-// Not here yet: softmax/attention, GELU and cross-entropy on the device need Lockstep's own
-// exp/log/tanh (runtime/transcendental_impl.hpp) as host/device code (see notes/README-cuda.md).
+//   math_apply / gelu_tanh_and_grad: lockstep::math's kernels compiled for the device
+//   (runtime/cuda/math_device.hpp), element by element: the CPU's bits.
+// Not here yet: softmax/attention, cross-entropy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -41,6 +42,15 @@ void layernorm_forward_fast(cudaStream_t stream, const float* x, std::int64_t T,
                             const float* w, const float* b, float eps, float* xhat, float* rstd,
                             float* y);
 
+// LayerNorm backward over T rows of n features (model/ops.hpp layernorm_backward, bit for
+// bit): dx (added to dx_out when accumulate) with one thread per row running
+// hd::layernorm_row_backward under `features`, and dw, db (overwritten) with one thread per
+// column running hd::layernorm_param_grad_column under `tokens` (the token axis).
+void layernorm_backward_canonical(cudaStream_t stream, const float* dy, const float* xhat,
+                                  const float* rstd, const float* w, std::int64_t T, std::int64_t n,
+                                  const hd::SumRuleHD& features, const hd::SumRuleHD& tokens,
+                                  float* dx_out, bool accumulate, float* dw, float* db);
+
 // One AdamW step over n elements in place (optim/adamw.hpp's operation order, bit for bit).
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,
                 float* m, float* v, std::int64_t n);
@@ -56,6 +66,14 @@ void embedding_backward_canonical(cudaStream_t stream, const std::int32_t* offse
 void embedding_backward_atomic(cudaStream_t stream, const std::int32_t* row_of, std::int64_t T,
                                const float* dX, std::int64_t width, std::int64_t ld,
                                std::int64_t row_lo, std::int64_t rows, float* out);
+
+// The functions of lockstep::math (runtime/transcendental.hpp) on the device.
+enum class MathFn : int { exp, log, tanh, erf, sinpi, cospi, gelu_tanh, gelu_tanh_grad };
+// y[i] = fn(x[i]) for i in [0, n) (y may alias x): lockstep::math's array API, bit for bit.
+void math_apply(cudaStream_t stream, MathFn fn, const float* x, float* y, std::int64_t n);
+// y[i] = gelu_tanh(x[i]), g[i] = gelu_tanh_grad(x[i]) in one evaluation
+// (math::gelu_tanh_and_grad's bits; g may alias x, y may not).
+void gelu_tanh_and_grad(cudaStream_t stream, const float* x, float* y, float* g, std::int64_t n);
 
 // out[i] = lower[i] + upper[i] (one node of the canonical tree over ranks; out may alias
 // either input).

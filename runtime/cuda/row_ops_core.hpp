@@ -2,6 +2,9 @@
 // each the CPU operation's order of IEEE operations written once more, so the CPU tests
 // (tests/unit/test_cuda_ops_host.cpp) can hold them to the CPU kernels bit for bit:
 //   layernorm_row_forward  == lockstep::layernorm_forward (model/ops.hpp) for one row
+//   layernorm_row_backward, layernorm_param_grad_column
+//                          == lockstep::layernorm_backward's dx for one row, and its dw, db
+//                             for one column
 //   adamw_element          == one lane of lockstep::detail::adamw_lanes (optim/adamw_kernel.hpp)
 //   embedding_grad_column  == lockstep::token_row_grad (parallel/vocab_parallel.hpp) for one
 //                             (row, column)
@@ -35,6 +38,34 @@ LOCKSTEP_HD inline void layernorm_row_forward(const float* x, std::int64_t n, co
     xhat[k] = xhat[k] * rs;
     y[k] = xhat[k] * w[k] + b[k];
   }
+}
+
+// The input gradient of one row of n features (rule: the feature axis): g = dy*w;
+// c1 = csum(g)/n; c2 = csum(g*xhat)/n; dx = (g - (xhat*c2 + c1))*rstd, added to dx when
+// `accumulate` (the residual stream).
+LOCKSTEP_HD inline void layernorm_row_backward(const float* dy, const float* xhat, float rstd,
+                                               const float* w, std::int64_t n,
+                                               const SumRuleHD& rule, bool accumulate, float* dx) {
+  const float fn = static_cast<float>(n);
+  const float c1 = div(csum_of(n, rule, [dy, w](std::int64_t k) { return dy[k] * w[k]; }), fn);
+  const float c2 =
+      div(csum_of(n, rule, [dy, w, xhat](std::int64_t k) { return (dy[k] * w[k]) * xhat[k]; }), fn);
+  for (std::int64_t k = 0; k < n; ++k) {
+    const float g = dy[k] * w[k];
+    const float d = (g - (xhat[k] * c2 + c1)) * rstd;
+    dx[k] = accumulate ? dx[k] + d : d;
+  }
+}
+
+// Column j of the parameter gradients over T token rows of n features (rule: the token axis):
+// dw = csum over t of dy[t][j]*xhat[t][j], db = csum over t of dy[t][j].
+LOCKSTEP_HD inline void layernorm_param_grad_column(const float* dy, const float* xhat,
+                                                    std::int64_t T, std::int64_t n, std::int64_t j,
+                                                    const SumRuleHD& tokens, float* dw, float* db) {
+  const float* d = dy + j;
+  const float* x = xhat + j;
+  *dw = csum_of(T, tokens, [d, x, n](std::int64_t t) { return d[t * n] * x[t * n]; });
+  *db = csum_of(T, tokens, [d, n](std::int64_t t) { return d[t * n]; });
 }
 
 // The float32 scalars of one AdamW step (lockstep::AdamWScalars, copied field by field by the

@@ -57,20 +57,27 @@ struct TreeCounter {
   }
 };
 
-// csum(x[0], x[stride], ... n terms) under `rule`: lockstep::csum's bits.
-LOCKSTEP_HD inline float csum(const float* x, std::int64_t n, const SumRuleHD& rule,
-                              std::int64_t stride = 1) {
+// The canonical sum of the n terms term(0), term(1), ... under `rule` (each term evaluated once,
+// in order): lockstep::csum's bits over the array of those terms.
+template <class Term>
+LOCKSTEP_HD inline float csum_of(std::int64_t n, const SumRuleHD& rule, Term term) {
   const AxisHD axis(rule, n);
   TreeCounter<1> tc;
   for (std::int64_t l = 0; l < axis.count(); ++l) {
     const std::int64_t lo = axis.start(l), hi = lo + axis.len(l);
     float acc[1] = {kNegZero};
-    for (std::int64_t k = lo; k < hi; ++k) acc[0] = acc[0] + x[k * stride];
+    for (std::int64_t k = lo; k < hi; ++k) acc[0] = acc[0] + term(k);
     tc.push(acc, axis.merges_after(l));
   }
   float out[1];
   tc.result(out);
   return out[0];
+}
+
+// csum(x[0], x[stride], ... n terms) under `rule`: lockstep::csum's bits.
+LOCKSTEP_HD inline float csum(const float* x, std::int64_t n, const SumRuleHD& rule,
+                              std::int64_t stride = 1) {
+  return csum_of(n, rule, [x, stride](std::int64_t k) { return x[k * stride]; });
 }
 
 }  // namespace lockstep::hd

@@ -2,7 +2,7 @@
 # tests/gpu/bundle.sh: gathers what the GPU checks need into one folder that runs on a machine
 # without Lockstep's Debian packages (the device machine has the NVIDIA driver, the CUDA
 # toolkit and Python, and no Open MPI, OpenBLAS, fmt, ...; NOTES.md):
-#   bin/        lockstep, test_cuda_device and the three CUDA host tests, from a CUDA build
+#   bin/        lockstep, test_cuda_device and the four CUDA host tests, from a CUDA build
 #   lib/        every shared library they and Open MPI's runtime load, except glibc's (the
 #               machine's own) and CUDA's (cudart, cuBLAS, NCCL: the machine's toolkit or its
 #               Python nvidia.* wheels; env.sh finds them there)
@@ -41,7 +41,8 @@ CUDA_RE='^lib(cuda|cudart|cublas|cublasLt|nccl|curand|nvrtc|nvJitLink|nvidia-ml)
 # OpenSHMEM: left out with the heavy libraries they load. The job uses shared memory and TCP.
 SKIP_PLUGIN_DEPS_RE='^lib(ucp|ucs|uct|ucm|fabric|ibverbs|rdmacm|efa|psm_infinipath|psm2|infinipath|oshmem)\.so'
 
-BINARIES=(lockstep test_cuda_device test_cuda_philox_host test_cuda_gemm_host test_cuda_ops_host)
+BINARIES=(lockstep test_cuda_device test_cuda_philox_host test_cuda_gemm_host test_cuda_math_host
+  test_cuda_ops_host)
 OMPI_LIB=/usr/lib/x86_64-linux-gnu/openmpi/lib/openmpi3
 PMIX_DIR=/usr/lib/x86_64-linux-gnu/pmix2
 OMPI_SHARE=/usr/share/openmpi

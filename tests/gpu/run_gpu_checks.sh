@@ -85,7 +85,8 @@ else
   nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || true
 fi
 step bundle_loads bundle_loads
-step host_tests bash -c "test_cuda_philox_host && test_cuda_gemm_host && test_cuda_ops_host"
+step host_tests bash -c \
+  "test_cuda_philox_host && test_cuda_gemm_host && test_cuda_math_host && test_cuda_ops_host"
 if ((REHEARSAL)); then
   # Without a GPU the device test checks the clear refusal (LOCKSTEP_REQUIRE_GPU unset).
   step gpu_tests_refusal test_cuda_device -r compact

@@ -1,9 +1,9 @@
 // The CUDA backend on a GPU: every deterministic kernel against its CPU counterpart bit for bit
-// (Philox fills, dropout masks, the canonical GEMM, LayerNorm, AdamW, embedding backward), the
-// fast variants within tolerance, and cuBLAS's deterministic mode repeatable. On a machine
-// without a GPU (CI) it checks instead that the backend refuses cleanly with a clear message;
-// in a build without the CUDA backend it has nothing to test. The "[.bench]" case (hidden; run
-// with `test_cuda_device "[.bench]"`) times the canonical GEMM against cuBLAS.
+// (Philox fills, dropout masks, the canonical GEMM, the transcendentals and GELU, LayerNorm, AdamW,
+// embedding backward), the fast variants within tolerance, and cuBLAS's deterministic mode
+// repeatable. On a machine without a GPU (CI) it checks instead that the backend refuses cleanly
+// with a clear message; in a build without the CUDA backend it has nothing to test. The "[.bench]"
+// case (hidden; run with `test_cuda_device "[.bench]"`) times the canonical GEMM against cuBLAS.
 #include <catch2/catch.hpp>
 
 #ifdef LOCKSTEP_WITH_CUDA
@@ -26,6 +26,7 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/random.hpp"
+#include "runtime/transcendental.hpp"
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
@@ -124,6 +125,39 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
     }
   }
 
+  SECTION("device transcendentals and GELU == lockstep::math") {
+    const std::int64_t n = 1 << 20;
+    auto x = testing::mixed_floats(std::size_t(n), 21);
+    for (std::size_t i = 0; i < x.size(); i += 3) x[i] *= 64.0f;  // exp's clamps, GELU's tails
+    x[0] = 0.0f, x[1] = -0.0f, x[2] = 1.0f / 0.0f, x[3] = -1.0f / 0.0f, x[4] = std::nanf("");
+    const KernelCtx ctx = KernelCtx::best();
+    auto dx = to_device(x, s, "x");
+    cuda::DeviceBuffer<float> dy(x.size(), "y"), dg(x.size(), "g");
+    struct Fn {
+      cuda::MathFn dev;
+      void (*cpu)(const KernelCtx&, const float*, float*, int64_t);
+      const char* name;
+    };
+    for (const Fn& f :
+         {Fn{cuda::MathFn::exp, math::exp, "exp"}, Fn{cuda::MathFn::log, math::log, "log"},
+          Fn{cuda::MathFn::tanh, math::tanh, "tanh"}, Fn{cuda::MathFn::erf, math::erf, "erf"},
+          Fn{cuda::MathFn::sinpi, math::sinpi, "sinpi"},
+          Fn{cuda::MathFn::cospi, math::cospi, "cospi"},
+          Fn{cuda::MathFn::gelu_tanh, math::gelu_tanh, "gelu_tanh"},
+          Fn{cuda::MathFn::gelu_tanh_grad, math::gelu_tanh_grad, "gelu_tanh_grad"}}) {
+      INFO(f.name);
+      std::vector<float> want(x.size());
+      f.cpu(ctx, x.data(), want.data(), n);
+      cuda::math_apply(s.get(), f.dev, dx.data(), dy.data(), n);
+      CHECK(same_bits(to_host(dy, s), want));
+    }
+    std::vector<float> y(x.size()), g(x.size());
+    math::gelu_tanh_and_grad(ctx, x.data(), y.data(), g.data(), n);
+    cuda::gelu_tanh_and_grad(s.get(), dx.data(), dy.data(), dg.data(), n);
+    CHECK(same_bits(to_host(dy, s), y));
+    CHECK(same_bits(to_host(dg, s), g));
+  }
+
   SECTION("LayerNorm forward: canonical exact, fast close") {
     const std::int64_t T = 333, n = 768;
     const auto x = testing::mixed_floats(std::size_t(T * n), 3);
@@ -147,6 +181,31 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
     for (std::size_t i = 0; i < y.size(); ++i)
       worst = std::max(worst, double(std::fabs(yf[i] - y[i])));
     CHECK(worst < 1e-4);
+  }
+
+  SECTION("LayerNorm backward: canonical exact (GPT-2's rows, the token axis in sequences)") {
+    const std::int64_t T = 4 * 96, n = 768;
+    const KernelCtx ctx = KernelCtx::best().over_sequences(96);
+    const auto dy = testing::mixed_floats(std::size_t(T * n), 31);
+    const auto xhat = testing::mixed_floats(std::size_t(T * n), 32);
+    auto rstd = testing::mixed_floats(std::size_t(T), 33);
+    for (float& r : rstd) r = 1.0f + r * r;
+    const auto w = testing::mixed_floats(std::size_t(n), 34);
+    const auto res = testing::mixed_floats(std::size_t(T * n), 35);
+    std::vector<float> dx = res, dw(static_cast<std::size_t>(n)), db(static_cast<std::size_t>(n)),
+                       scratch(dy.size());
+    layernorm_backward(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n, dx.data(), true,
+                       dw.data(), db.data(), scratch.data());
+    auto ddy = to_device(dy, s, "dy"), dxh = to_device(xhat, s, "xhat"),
+         drs = to_device(rstd, s, "rstd"), dw_in = to_device(w, s, "w"),
+         ddx = to_device(res, s, "dx");
+    cuda::DeviceBuffer<float> ddw(std::size_t(n), "dw"), ddb(std::size_t(n), "db");
+    cuda::layernorm_backward_canonical(s.get(), ddy.data(), dxh.data(), drs.data(), dw_in.data(), T,
+                                       n, hd_rule(ctx.flat().rule()), hd_rule(ctx.rule()),
+                                       ddx.data(), true, ddw.data(), ddb.data());
+    CHECK(same_bits(to_host(ddx, s), dx));
+    CHECK(same_bits(to_host(ddw, s), dw));
+    CHECK(same_bits(to_host(ddb, s), db));
   }
 
   SECTION("AdamW") {

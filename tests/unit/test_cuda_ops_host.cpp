@@ -1,7 +1,7 @@
 // Host/device bodies of the deterministic CUDA kernels (runtime/cuda/row_ops_core.hpp,
 // tokens_by_row.hpp), compiled here by the host compiler, against the CPU kernels they must
-// reproduce bit for bit: LayerNorm forward (model/ops.hpp), AdamW (optim/adamw.hpp) and the
-// embedding backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
+// reproduce bit for bit: LayerNorm forward and backward (model/ops.hpp), AdamW (optim/adamw.hpp)
+// and the embedding backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -42,6 +42,44 @@ TEST_CASE("CUDA LayerNorm row body == layernorm_forward bit for bit", "[cuda][op
       CHECK(same_bits(y, y2));
     }
   }
+}
+
+TEST_CASE("CUDA LayerNorm backward bodies == layernorm_backward bit for bit", "[cuda][ops]") {
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+    for (std::int64_t n : {1, 7, 64, 65, 200, 768})
+      for (int block : {1, 16, 64})
+        for (std::int64_t seq : {0, 4}) {  // the token axis flat, or sequences of 4 rows
+          const std::int64_t T =
+              seq ? 12 : 11;  // 3 sequences; 11: not a multiple of the row groups
+          KernelCtx ctx{best_isa(), 2, block, tree};
+          if (seq) ctx = ctx.over_sequences(seq);
+          const hd::SumRuleHD features = hd_rule(ctx.flat().rule()), tokens = hd_rule(ctx.rule());
+          const auto dy = testing::mixed_floats(std::size_t(T * n), std::uint64_t(n * 7 + block));
+          const auto xhat = testing::mixed_floats(std::size_t(T * n), 8);
+          auto rstd = testing::mixed_floats(std::size_t(T), 9);
+          for (float& r : rstd) r = 1.0f + r * r;
+          const auto w = testing::mixed_floats(std::size_t(n), 10);
+          const auto res = testing::mixed_floats(std::size_t(T * n), 12);
+          for (bool accumulate : {false, true}) {
+            INFO("tree=" << enum_name(tree) << " n=" << n << " block=" << block << " seq=" << seq
+                         << " accumulate=" << accumulate);
+            std::vector<float> dx = res, dw(static_cast<std::size_t>(n)),
+                               db(static_cast<std::size_t>(n)), scratch(dy.size());
+            layernorm_backward(ctx, dy.data(), xhat.data(), rstd.data(), w.data(), T, n, dx.data(),
+                               accumulate, dw.data(), db.data(), scratch.data());
+            std::vector<float> dx2 = res, dw2(dw.size()), db2(db.size());
+            for (std::int64_t t = 0; t < T; ++t)
+              hd::layernorm_row_backward(dy.data() + t * n, xhat.data() + t * n,
+                                         rstd[std::size_t(t)], w.data(), n, features, accumulate,
+                                         dx2.data() + t * n);
+            for (std::int64_t j = 0; j < n; ++j)
+              hd::layernorm_param_grad_column(dy.data(), xhat.data(), T, n, j, tokens,
+                                              dw2.data() + j, db2.data() + j);
+            CHECK(same_bits(dx, dx2));
+            CHECK(same_bits(dw, dw2));
+            CHECK(same_bits(db, db2));
+          }
+        }
 }
 
 TEST_CASE("CUDA AdamW element == adamw_step bit for bit", "[cuda][ops]") {
