@@ -1,6 +1,7 @@
-// Kernels and launchers of runtime/cuda/kernels.hpp (Philox fills, LayerNorm, AdamW, embedding
-// backward, the transcendentals, the tree-node add of the NCCL collectives). One translation unit
-// on purpose: each .cu costs two device compilations (sm_90a and compute_80) in CI.
+// Kernels and launchers of runtime/cuda/kernels.hpp (Philox fills, LayerNorm, softmax, AdamW,
+// embedding backward, the transcendentals, the tree-node add of the NCCL collectives). One
+// translation unit on purpose: each .cu costs two device compilations (sm_90a and compute_80) in
+// CI.
 #include "runtime/cuda/kernels.hpp"
 
 #include <string>
@@ -107,6 +108,18 @@ __global__ void layernorm_param_grad_kernel(const float* dy, const float* xhat, 
                                             float* db) {
   const std::int64_t j = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (j < n) hd::layernorm_param_grad_column(dy, xhat, T, n, j, tokens, dw + j, db + j);
+}
+
+__global__ void softmax_causal_kernel(float* S, std::int64_t rows, std::int64_t C, float scale,
+                                      hd::SumRuleHD rule) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) hd::softmax_causal_row(S + r * C, C, r % C, scale, rule);
+}
+
+__global__ void softmax_backward_kernel(const float* P, float* G, std::int64_t rows, std::int64_t C,
+                                        float scale, hd::SumRuleHD rule) {
+  const std::int64_t r = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (r < rows) hd::softmax_backward_row(P + r * C, G + r * C, C, r % C, scale, rule);
 }
 
 __device__ float warp_sum(float v) {
@@ -242,6 +255,23 @@ void layernorm_backward_canonical(cudaStream_t stream, const float* dy, const fl
   LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_backward_rows_kernel");
   layernorm_param_grad_kernel<<<blocks_for(n), kBlock, 0, stream>>>(dy, xhat, T, n, tokens, dw, db);
   LOCKSTEP_CUDA_CHECK_LAUNCH("layernorm_param_grad_kernel");
+}
+
+void softmax_causal_canonical(cudaStream_t stream, float* S, std::int64_t mats, std::int64_t C,
+                              float scale, const hd::SumRuleHD& rule) {
+  check_n(mats * C, "cuda::softmax_causal_canonical");
+  if (mats * C == 0) return;
+  softmax_causal_kernel<<<blocks_for(mats * C), kBlock, 0, stream>>>(S, mats * C, C, scale, rule);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("softmax_causal_kernel");
+}
+
+void softmax_backward_canonical(cudaStream_t stream, const float* P, float* G, std::int64_t mats,
+                                std::int64_t C, float scale, const hd::SumRuleHD& rule) {
+  check_n(mats * C, "cuda::softmax_backward_canonical");
+  if (mats * C == 0) return;
+  softmax_backward_kernel<<<blocks_for(mats * C), kBlock, 0, stream>>>(P, G, mats * C, C, scale,
+                                                                       rule);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
 }
 
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,

@@ -14,7 +14,8 @@
 //   not repeatable; this is the fast-mode baseline only.
 //   math_apply / gelu_tanh_and_grad: lockstep::math's kernels compiled for the device
 //   (runtime/cuda/math_device.hpp), element by element: the CPU's bits.
-// Not here yet: softmax/attention, cross-entropy.
+// Not here yet: the attention products (scores, P.V: the canonical GEMM with a causal skip),
+// the vocab-parallel cross-entropy.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -50,6 +51,15 @@ void layernorm_backward_canonical(cudaStream_t stream, const float* dy, const fl
                                   const float* rstd, const float* w, std::int64_t T, std::int64_t n,
                                   const hd::SumRuleHD& features, const hd::SumRuleHD& tokens,
                                   float* dx_out, bool accumulate, float* dw, float* db);
+
+// Causal softmax over `mats` row-major C x C score matrices (one per sequence and head), in
+// place: model/kernels/attn_rows.hpp softmax_causal_rows over rows [0, C) of each, bit for bit
+// (one thread per row running hd::softmax_causal_row; rule: the feature axis).
+void softmax_causal_canonical(cudaStream_t stream, float* S, std::int64_t mats, std::int64_t C,
+                              float scale, const hd::SumRuleHD& rule);
+// Its backward: G (dP in, dS out) from P, softmax_backward_rows' bits.
+void softmax_backward_canonical(cudaStream_t stream, const float* P, float* G, std::int64_t mats,
+                                std::int64_t C, float scale, const hd::SumRuleHD& rule);
 
 // One AdamW step over n elements in place (optim/adamw.hpp's operation order, bit for bit).
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,

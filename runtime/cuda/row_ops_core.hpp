@@ -2,6 +2,9 @@
 // each the CPU operation's order of IEEE operations written once more, so the CPU tests
 // (tests/unit/test_cuda_ops_host.cpp) can hold them to the CPU kernels bit for bit:
 //   layernorm_row_forward  == lockstep::layernorm_forward (model/ops.hpp) for one row
+//   softmax_causal_row, softmax_backward_row
+//                          == lockstep::softmax_causal_rows / softmax_backward_rows
+//                             (model/kernels/attn_rows.hpp) for one row
 //   layernorm_row_backward, layernorm_param_grad_column
 //                          == lockstep::layernorm_backward's dx for one row, and its dw, db
 //                             for one column
@@ -15,8 +18,9 @@
 
 #include <cstdint>
 
-#include "runtime/hd.hpp"
+#include "runtime/cuda/math_device.hpp"
 #include "runtime/cuda/tree_counter.hpp"
+#include "runtime/hd.hpp"
 
 namespace lockstep::hd {
 
@@ -66,6 +70,31 @@ LOCKSTEP_HD inline void layernorm_param_grad_column(const float* dy, const float
   const float* x = xhat + j;
   *dw = csum_of(T, tokens, [d, x, n](std::int64_t t) { return d[t * n] * x[t * n]; });
   *db = csum_of(T, tokens, [d, n](std::int64_t t) { return d[t * n]; });
+}
+
+// Row i of a causal softmax, in place over the row's C scores (n = i + 1 keys):
+// s[j] = s[j]*scale; m = s[0], then m = s[j] > m ? s[j] : m; e[j] = exp(s[j] - m) (Lockstep's
+// exp); P[j] = e[j] / csum(e[0..n)) under `rule` (the feature axis); P[j] = +0.0 for j > i.
+LOCKSTEP_HD inline void softmax_causal_row(float* s, std::int64_t C, std::int64_t i, float scale,
+                                           const SumRuleHD& rule) {
+  const std::int64_t n = i + 1;
+  for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
+  float m = s[0];
+  for (std::int64_t j = 1; j < n; ++j) m = s[j] > m ? s[j] : m;
+  for (std::int64_t j = 0; j < n; ++j) s[j] = math::exp_shifted(s[j], m);
+  const float sum = csum(s, n, rule);
+  for (std::int64_t j = 0; j < n; ++j) s[j] = div(s[j], sum);
+  for (std::int64_t j = n; j < C; ++j) s[j] = 0.0f;
+}
+
+// Row i of the causal softmax's backward, in place over g (dP in, dS out; n = i + 1):
+// dot = cdot(p[0..n), g[0..n)); g[j] = (p[j] * (g[j] - dot)) * scale for j < n, +0.0 after.
+LOCKSTEP_HD inline void softmax_backward_row(const float* p, float* g, std::int64_t C,
+                                             std::int64_t i, float scale, const SumRuleHD& rule) {
+  const std::int64_t n = i + 1;
+  const float dot = cdot(p, g, n, rule);
+  for (std::int64_t j = 0; j < n; ++j) g[j] = (p[j] * (g[j] - dot)) * scale;
+  for (std::int64_t j = n; j < C; ++j) g[j] = 0.0f;
 }
 
 // The float32 scalars of one AdamW step (lockstep::AdamWScalars, copied field by field by the

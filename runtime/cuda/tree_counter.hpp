@@ -57,21 +57,42 @@ struct TreeCounter {
   }
 };
 
-// The canonical sum of the n terms term(0), term(1), ... under `rule` (each term evaluated once,
-// in order): lockstep::csum's bits over the array of those terms.
-template <class Term>
-LOCKSTEP_HD inline float csum_of(std::int64_t n, const SumRuleHD& rule, Term term) {
+// The tree of `rule` over n elements with leaf(lo, hi) giving each leaf's value (leaves in
+// order): runtime/csum.cpp's counted_sum.
+template <class Leaf>
+LOCKSTEP_HD inline float tree_sum(std::int64_t n, const SumRuleHD& rule, Leaf leaf) {
   const AxisHD axis(rule, n);
   TreeCounter<1> tc;
   for (std::int64_t l = 0; l < axis.count(); ++l) {
-    const std::int64_t lo = axis.start(l), hi = lo + axis.len(l);
-    float acc[1] = {kNegZero};
-    for (std::int64_t k = lo; k < hi; ++k) acc[0] = acc[0] + term(k);
+    const std::int64_t lo = axis.start(l);
+    float acc[1] = {leaf(lo, lo + axis.len(l))};
     tc.push(acc, axis.merges_after(l));
   }
   float out[1];
   tc.result(out);
   return out[0];
+}
+
+// The canonical sum of the n terms term(0), term(1), ... under `rule` (each term evaluated once,
+// in order): lockstep::csum's bits over the array of those terms.
+template <class Term>
+LOCKSTEP_HD inline float csum_of(std::int64_t n, const SumRuleHD& rule, Term term) {
+  return tree_sum(n, rule, [term](std::int64_t lo, std::int64_t hi) {
+    float acc = kNegZero;
+    for (std::int64_t k = lo; k < hi; ++k) acc = acc + term(k);
+    return acc;
+  });
+}
+
+// The canonical dot product of a[0..n) and b[0..n) (leaves are FMA chains from -0.0):
+// lockstep::cdot's bits.
+LOCKSTEP_HD inline float cdot(const float* a, const float* b, std::int64_t n,
+                              const SumRuleHD& rule) {
+  return tree_sum(n, rule, [a, b](std::int64_t lo, std::int64_t hi) {
+    float acc = kNegZero;
+    for (std::int64_t k = lo; k < hi; ++k) acc = fma(a[k], b[k], acc);
+    return acc;
+  });
 }
 
 // csum(x[0], x[stride], ... n terms) under `rule`: lockstep::csum's bits.

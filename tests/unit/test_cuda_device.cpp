@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "model/kernels/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/vocab_parallel.hpp"
@@ -206,6 +207,25 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
     CHECK(same_bits(to_host(ddx, s), dx));
     CHECK(same_bits(to_host(ddw, s), dw));
     CHECK(same_bits(to_host(ddb, s), db));
+  }
+
+  SECTION("causal softmax and its backward: canonical exact") {
+    const std::int64_t mats = 6, C = 96;  // e.g. 2 sequences x 3 heads, context 96
+    const KernelCtx ctx = KernelCtx::best();
+    auto S = testing::mixed_floats(std::size_t(mats * C * C), 41);
+    for (float& v : S) v *= 16.0f;
+    const auto dP = testing::mixed_floats(S.size(), 42);
+    std::vector<float> P = S, G = dP;
+    for (std::int64_t m = 0; m < mats; ++m) {
+      softmax_causal_rows(ctx, P.data() + m * C * C, C, 0, C, 0.125f);
+      softmax_backward_rows(ctx, P.data() + m * C * C, G.data() + m * C * C, C, 0, C, 0.125f);
+    }
+    auto dS = to_device(S, s, "S"), dG = to_device(dP, s, "G");
+    cuda::softmax_causal_canonical(s.get(), dS.data(), mats, C, 0.125f, hd_rule(ctx.rule()));
+    CHECK(same_bits(to_host(dS, s), P));
+    cuda::softmax_backward_canonical(s.get(), dS.data(), dG.data(), mats, C, 0.125f,
+                                     hd_rule(ctx.rule()));
+    CHECK(same_bits(to_host(dG, s), G));
   }
 
   SECTION("AdamW") {

@@ -1,13 +1,15 @@
 // Host/device bodies of the deterministic CUDA kernels (runtime/cuda/row_ops_core.hpp,
 // tokens_by_row.hpp), compiled here by the host compiler, against the CPU kernels they must
-// reproduce bit for bit: LayerNorm forward and backward (model/ops.hpp), AdamW (optim/adamw.hpp)
-// and the embedding backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
+// reproduce bit for bit: LayerNorm forward and backward (model/ops.hpp), the causal softmax and
+// its backward (model/kernels/attn_rows.hpp), AdamW (optim/adamw.hpp) and the embedding
+// backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstring>
 #include <vector>
 
+#include "model/kernels/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "optim/adamw.hpp"
 #include "parallel/vocab_parallel.hpp"
@@ -80,6 +82,31 @@ TEST_CASE("CUDA LayerNorm backward bodies == layernorm_backward bit for bit", "[
             CHECK(same_bits(db, db2));
           }
         }
+}
+
+TEST_CASE("CUDA softmax row bodies == softmax_causal_rows / softmax_backward_rows bit for bit",
+          "[cuda][ops]") {
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+    for (std::int64_t C : {1, 5, 64, 100, 128, 257})
+      for (int block : {1, 16, 64}) {
+        INFO("tree=" << enum_name(tree) << " C=" << C << " block=" << block);
+        const KernelCtx ctx{best_isa(), 1, block, tree};
+        const hd::SumRuleHD rule = hd_rule(ctx.rule());
+        const float scale = 0.125f;
+        auto S = testing::mixed_floats(std::size_t(C * C), std::uint64_t(C + block));
+        for (float& v : S) v *= 16.0f;  // rows whose max matters
+        std::vector<float> P = S, P2 = S;
+        softmax_causal_rows(ctx, P.data(), C, 0, C, scale);
+        for (std::int64_t i = 0; i < C; ++i)
+          hd::softmax_causal_row(P2.data() + i * C, C, i, scale, rule);
+        CHECK(same_bits(P, P2));
+        const auto dP = testing::mixed_floats(std::size_t(C * C), 77);
+        std::vector<float> G = dP, G2 = dP;
+        softmax_backward_rows(ctx, P.data(), G.data(), C, 0, C, scale);
+        for (std::int64_t i = 0; i < C; ++i)
+          hd::softmax_backward_row(P.data() + i * C, G2.data() + i * C, C, i, scale, rule);
+        CHECK(same_bits(G, G2));
+      }
 }
 
 TEST_CASE("CUDA AdamW element == adamw_step bit for bit", "[cuda][ops]") {
