@@ -53,4 +53,11 @@ inline std::uint32_t bits(float x) {
   return u;
 }
 
+// The float whose bit pattern is u.
+inline float from_bits(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
 }  // namespace lockstep::testing

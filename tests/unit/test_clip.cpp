@@ -18,6 +18,7 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::from_bits;
 using lockstep::testing::splitmix64;
 
 namespace {
@@ -85,12 +86,6 @@ struct BitSum {
     return out;
   }
 };
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Adversarial values: random bit patterns over the whole finite range (subnormals, huge,
 // tiny), signed zeros, FLT_MAX, the smallest subnormal, powers of two.

@@ -16,15 +16,10 @@
 #include "tests/support/test_data.hpp"
 
 using namespace lockstep;
+using lockstep::testing::from_bits;
 using lockstep::testing::same_bits;
 
 namespace {
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // Special values, then every 4099th bit pattern (all exponents, both signs, NaNs, subnormals).
 std::vector<float> inputs() {

@@ -22,16 +22,11 @@
 
 using namespace lockstep;
 using lockstep::testing::bits;
+using lockstep::testing::from_bits;
 using lockstep::testing::same_bits;
 using lockstep::testing::splitmix64;
 
 namespace {
-
-float from_bits(std::uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 // x86's default NaN: the only NaN the inputs use, so NaN results have one bit pattern no
 // matter which operand an instruction propagates.

@@ -22,15 +22,10 @@
 
 using namespace lockstep;
 using lockstep::testing::bits;
+using lockstep::testing::from_bits;
 using LD = long double;
 
 namespace {
-
-float from_bits(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 enum Fid { kExp, kLog, kTanh, kErf, kSinpi, kCospi, kGelu, kGeluGrad, kCount };
 const char* kNames[kCount] = {"exp",   "log",   "tanh",      "erf",
