@@ -44,7 +44,8 @@ step() {  # step NAME COMMAND...: runs, logs, records PASS/FAIL and the seconds
 skip() { ORDER+=("$1"); STATUS[$1]="skipped: $2"; }
 
 if [[ ! -f "$BUNDLE/env.sh" ]]; then
-  echo "run_gpu_checks.sh: no bundle at $BUNDLE (hint: tests/gpu/bundle.sh here, then carry gpu-bundle)" >&2
+  echo "run_gpu_checks.sh: no bundle at $BUNDLE (hint: run tests/gpu/bundle.sh where Lockstep" \
+    "builds, carry gpu-bundle.tar.gz, then tar xzf gpu-bundle.tar.gz here)" >&2
   exit 1
 fi
 # shellcheck source=/dev/null
@@ -70,7 +71,8 @@ bundle_loads() {
 # A CPU run through the bundle's mpirun (2 ranks, shared memory) equals, byte for byte, the
 # trace bundle.sh recorded on the machine that built it.
 cpu_trace_matches() {
-  local run="$OUT/cpu_tiny_np2"
+  # Outside $OUT: the device tool brings back at most 8 files from there (this script's 7).
+  local run="${TMPDIR:-/tmp}/lockstep-gpu-checks/cpu_tiny_np2"
   rm -rf "$run"
   lockstep run --np 2 --bind none launch/configs/tiny.toml --set run.steps=3 \
     --set "run.out=$run" || return 1
