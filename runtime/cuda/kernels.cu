@@ -122,6 +122,27 @@ __global__ void softmax_backward_kernel(const float* P, float* G, std::int64_t r
   if (r < rows) hd::softmax_backward_row(P + r * C, G + r * C, C, r % C, scale, rule);
 }
 
+__global__ void cross_entropy_forward_kernel(float* logits, const std::int32_t* labels,
+                                             std::int64_t T, std::int64_t V, hd::SumRuleHD rule,
+                                             float* max, float* sumexp, float* loss) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  float* l = logits + t * V;
+  const float m = hd::ce_max_signed_zero(hd::ce_row_max(l, V));
+  float part, target;
+  hd::ce_row_exp(l, V, m, labels[t], rule, &part, &target);
+  max[t] = m;
+  sumexp[t] = part;
+  loss[t] = hd::ce_row_loss(part, m, target);
+}
+
+__global__ void cross_entropy_backward_kernel(float* g, const float* sumexp,
+                                              const std::int32_t* labels, std::int64_t T,
+                                              std::int64_t V, float loss_scale) {
+  const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (t < T) hd::ce_row_backward(g + t * V, V, sumexp[t], labels[t], loss_scale);
+}
+
 __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
@@ -272,6 +293,27 @@ void softmax_backward_canonical(cudaStream_t stream, const float* P, float* G, s
   softmax_backward_kernel<<<blocks_for(mats * C), kBlock, 0, stream>>>(P, G, mats * C, C, scale,
                                                                        rule);
   LOCKSTEP_CUDA_CHECK_LAUNCH("softmax_backward_kernel");
+}
+
+void cross_entropy_forward_canonical(cudaStream_t stream, float* logits, const std::int32_t* labels,
+                                     std::int64_t T, std::int64_t V, const hd::SumRuleHD& rule,
+                                     float* max, float* sumexp, float* loss) {
+  check_n(T, "cuda::cross_entropy_forward_canonical");
+  check(V > 0, "cuda::cross_entropy_forward_canonical: vocabulary " + std::to_string(V));
+  if (T == 0) return;
+  cross_entropy_forward_kernel<<<blocks_for(T), kBlock, 0, stream>>>(logits, labels, T, V, rule,
+                                                                     max, sumexp, loss);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("cross_entropy_forward_kernel");
+}
+
+void cross_entropy_backward_canonical(cudaStream_t stream, float* exp_logits, const float* sumexp,
+                                      const std::int32_t* labels, std::int64_t T, std::int64_t V,
+                                      float loss_scale) {
+  check_n(T, "cuda::cross_entropy_backward_canonical");
+  if (T == 0) return;
+  cross_entropy_backward_kernel<<<blocks_for(T), kBlock, 0, stream>>>(exp_logits, sumexp, labels, T,
+                                                                      V, loss_scale);
+  LOCKSTEP_CUDA_CHECK_LAUNCH("cross_entropy_backward_kernel");
 }
 
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,

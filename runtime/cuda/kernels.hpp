@@ -15,7 +15,7 @@
 //   math_apply / gelu_tanh_and_grad: lockstep::math's kernels compiled for the device
 //   (runtime/cuda/math_device.hpp), element by element: the CPU's bits.
 // Not here yet: the attention products (scores, P.V: the canonical GEMM with a causal skip),
-// the vocab-parallel cross-entropy.
+// the TP exchanges of the vocab-parallel cross-entropy (one GPU: cross_entropy_*_canonical).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -60,6 +60,18 @@ void softmax_causal_canonical(cudaStream_t stream, float* S, std::int64_t mats, 
 // Its backward: G (dP in, dS out) from P, softmax_backward_rows' bits.
 void softmax_backward_canonical(cudaStream_t stream, const float* P, float* G, std::int64_t mats,
                                 std::int64_t C, float scale, const hd::SumRuleHD& rule);
+
+// Cross-entropy of T tokens over the full vocabulary V on one GPU (TP = 1):
+// lockstep::vocab_parallel_ce_forward's bits (one thread per token running hd::ce_row_max,
+// ce_row_exp and ce_row_loss; rule: the feature axis). logits becomes exp(logits - max).
+// Labels must lie in [0, V) (the host checks them before the upload).
+void cross_entropy_forward_canonical(cudaStream_t stream, float* logits, const std::int32_t* labels,
+                                     std::int64_t T, std::int64_t V, const hd::SumRuleHD& rule,
+                                     float* max, float* sumexp, float* loss);
+// Its backward in place over the exponentials: vocab_parallel_ce_backward's bits.
+void cross_entropy_backward_canonical(cudaStream_t stream, float* exp_logits, const float* sumexp,
+                                      const std::int32_t* labels, std::int64_t T, std::int64_t V,
+                                      float loss_scale);
 
 // One AdamW step over n elements in place (optim/adamw.hpp's operation order, bit for bit).
 void adamw_step(cudaStream_t stream, const hd::AdamWScalarsHD& s, float* param, const float* grad,

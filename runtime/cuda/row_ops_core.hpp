@@ -5,6 +5,9 @@
 //   softmax_causal_row, softmax_backward_row
 //                          == lockstep::softmax_causal_rows / softmax_backward_rows
 //                             (model/kernels/attn_rows.hpp) for one row
+//   ce_row_max, ce_row_exp, ce_row_loss, ce_row_backward
+//                          == lockstep::vocab_parallel_ce_forward / _backward
+//                             (parallel/vocab_parallel.cpp) for one token, phase by phase
 //   layernorm_row_backward, layernorm_param_grad_column
 //                          == lockstep::layernorm_backward's dx for one row, and its dw, db
 //                             for one column
@@ -95,6 +98,42 @@ LOCKSTEP_HD inline void softmax_backward_row(const float* p, float* g, std::int6
   const float dot = cdot(p, g, n, rule);
   for (std::int64_t j = 0; j < n; ++j) g[j] = (p[j] * (g[j] - dot)) * scale;
   for (std::int64_t j = n; j < C; ++j) g[j] = 0.0f;
+}
+
+// The vocab-parallel cross-entropy of one token over this rank's vl logits l, in the phases
+// around the TP exchanges (with TP = 1 the exchanges are the identity):
+// 1. the local max: m = l[0], then m = l[v] > m ? l[v] : m (then the TP max gives M);
+LOCKSTEP_HD inline float ce_row_max(const float* l, std::int64_t vl) {
+  float m = l[0];
+  for (std::int64_t v = 1; v < vl; ++v) m = l[v] > m ? l[v] : m;
+  return m;
+}
+//    the TP max ends with a zero maximum made +0.0 (MPI_MAX may pick either zero:
+//    TpContext::allreduce_max), also at TP = 1;
+LOCKSTEP_HD inline float ce_max_signed_zero(float M) {
+  return M == 0.0f ? 0.0f : M;
+}
+// 2. the target logit (l[y] when this rank holds the label's row, y in [0, vl), else -0.0),
+//    then l = exp(l - M) in place and *part = csum(l) under `rule` (the TP sum of the parts
+//    gives S, of the targets the target logit);
+LOCKSTEP_HD inline void ce_row_exp(float* l, std::int64_t vl, float M, std::int64_t y,
+                                   const SumRuleHD& rule, float* part, float* target) {
+  *target = (y >= 0 && y < vl) ? l[y] : kNegZero;
+  for (std::int64_t v = 0; v < vl; ++v) l[v] = math::exp_shifted(l[v], M);
+  *part = csum(l, vl, rule);
+}
+// 3. the token's loss (log(S) + M) - target (Lockstep's log);
+LOCKSTEP_HD inline float ce_row_loss(float S, float M, float target) {
+  return (math::log(S) + M) - target;
+}
+// and the backward over the exponentials e of phase 2, in place: g = (e / S) * loss_scale, and
+// at the label's row ((e_y / S) - 1) * loss_scale.
+LOCKSTEP_HD inline void ce_row_backward(float* g, std::int64_t vl, float S, std::int64_t y,
+                                        float loss_scale) {
+  const bool owner = y >= 0 && y < vl;
+  const float ey = owner ? g[y] : 0.0f;
+  for (std::int64_t v = 0; v < vl; ++v) g[v] = div(g[v], S) * loss_scale;
+  if (owner) g[y] = (div(ey, S) - 1.0f) * loss_scale;
 }
 
 // The float32 scalars of one AdamW step (lockstep::AdamWScalars, copied field by field by the

@@ -228,6 +228,35 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
     CHECK(same_bits(to_host(dG, s), G));
   }
 
+  SECTION("cross-entropy forward and backward (one GPU): canonical exact") {
+    const std::int64_t T = 300, V = 50304;  // GPT-2's padded vocabulary
+    const KernelCtx ctx = KernelCtx::best();
+    const TpContext tp(nullptr, Determinism::invariant, ctx);
+    auto logits = testing::mixed_floats(std::size_t(T * V), 51);
+    for (float& v : logits) v *= 12.0f;
+    std::vector<std::int32_t> labels(static_cast<std::size_t>(T));
+    for (std::int64_t t = 0; t < T; ++t) labels[std::size_t(t)] = std::int32_t((t * 7919) % V);
+    const auto Tn = static_cast<std::size_t>(T);
+    std::vector<float> l = logits, mx(Tn), se(Tn), loss(Tn), scratch(2 * Tn);
+    vocab_parallel_ce_forward(tp, l.data(), labels.data(), T, V, mx.data(), se.data(),
+                              scratch.data(), loss.data());
+    auto dl = to_device(logits, s, "logits");
+    auto dlab = to_device(labels, s, "labels");
+    cuda::DeviceBuffer<float> dmx(mx.size(), "max"), dse(se.size(), "sumexp"),
+        dloss(loss.size(), "loss");
+    cuda::cross_entropy_forward_canonical(s.get(), dl.data(), dlab.data(), T, V,
+                                          hd_rule(ctx.rule()), dmx.data(), dse.data(),
+                                          dloss.data());
+    CHECK(same_bits(to_host(dl, s), l));
+    CHECK(same_bits(to_host(dmx, s), mx));
+    CHECK(same_bits(to_host(dse, s), se));
+    CHECK(same_bits(to_host(dloss, s), loss));
+    vocab_parallel_ce_backward(tp, l.data(), se.data(), labels.data(), T, V, 1.0f / 12.0f);
+    cuda::cross_entropy_backward_canonical(s.get(), dl.data(), dse.data(), dlab.data(), T, V,
+                                           1.0f / 12.0f);
+    CHECK(same_bits(to_host(dl, s), l));
+  }
+
   SECTION("AdamW") {
     const std::size_t n = 5000;
     auto p = testing::mixed_floats(n, 6), g = testing::mixed_floats(n, 7);

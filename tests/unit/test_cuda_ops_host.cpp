@@ -1,8 +1,9 @@
 // Host/device bodies of the deterministic CUDA kernels (runtime/cuda/row_ops_core.hpp,
 // tokens_by_row.hpp), compiled here by the host compiler, against the CPU kernels they must
 // reproduce bit for bit: LayerNorm forward and backward (model/ops.hpp), the causal softmax and
-// its backward (model/kernels/attn_rows.hpp), AdamW (optim/adamw.hpp) and the embedding
-// backward (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
+// its backward (model/kernels/attn_rows.hpp), the cross-entropy forward and backward
+// (parallel/vocab_parallel.hpp, TP = 1), AdamW (optim/adamw.hpp) and the embedding backward
+// (parallel/vocab_parallel.hpp token_row_grad). Needs no GPU.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -107,6 +108,43 @@ TEST_CASE("CUDA softmax row bodies == softmax_causal_rows / softmax_backward_row
           hd::softmax_backward_row(P.data() + i * C, G2.data() + i * C, C, i, scale, rule);
         CHECK(same_bits(G, G2));
       }
+}
+
+TEST_CASE("CUDA cross-entropy bodies == vocab_parallel_ce_forward / _backward bit for bit",
+          "[cuda][ops]") {
+  for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
+    for (std::int64_t V : {1, 7, 256, 1000}) {
+      INFO("tree=" << enum_name(tree) << " V=" << V);
+      const std::int64_t T = 13;
+      const KernelCtx ctx{best_isa(), 2, 64, tree};
+      const TpContext tp(nullptr, Determinism::invariant, ctx);
+      auto logits = testing::mixed_floats(std::size_t(T * V), std::uint64_t(V));
+      for (float& v : logits) v *= 12.0f;
+      std::vector<std::int32_t> labels(static_cast<std::size_t>(T));
+      for (std::int64_t t = 0; t < T; ++t) labels[std::size_t(t)] = std::int32_t((t * 37) % V);
+      const auto Tn = static_cast<std::size_t>(T);
+      std::vector<float> l = logits, mx(Tn), se(Tn), loss(Tn), scratch(2 * Tn);
+      vocab_parallel_ce_forward(tp, l.data(), labels.data(), T, V, mx.data(), se.data(),
+                                scratch.data(), loss.data());
+      std::vector<float> l2 = logits, mx2(mx.size()), se2(se.size()), loss2(loss.size());
+      for (std::int64_t t = 0; t < T; ++t) {
+        float* row = l2.data() + t * V;
+        float target;
+        mx2[std::size_t(t)] = hd::ce_max_signed_zero(hd::ce_row_max(row, V));
+        hd::ce_row_exp(row, V, mx2[std::size_t(t)], labels[std::size_t(t)], hd_rule(ctx.rule()),
+                       &se2[std::size_t(t)], &target);
+        loss2[std::size_t(t)] = hd::ce_row_loss(se2[std::size_t(t)], mx2[std::size_t(t)], target);
+      }
+      CHECK(same_bits(l, l2));
+      CHECK(same_bits(mx, mx2));
+      CHECK(same_bits(se, se2));
+      CHECK(same_bits(loss, loss2));
+      vocab_parallel_ce_backward(tp, l.data(), se.data(), labels.data(), T, V, 1.0f / 12.0f);
+      for (std::int64_t t = 0; t < T; ++t)
+        hd::ce_row_backward(l2.data() + t * V, V, se2[std::size_t(t)], labels[std::size_t(t)],
+                            1.0f / 12.0f);
+      CHECK(same_bits(l, l2));
+    }
 }
 
 TEST_CASE("CUDA AdamW element == adamw_step bit for bit", "[cuda][ops]") {
