@@ -92,14 +92,17 @@ t1 = time.time()
 with open(os.path.join(work, "killed.stdout"), "w") as so, \
         open(os.path.join(work, "killed.stderr"), "w") as se:
     proc = subprocess.Popen(run_args(out, extra), stdout=so, stderr=se, env=env)
-    killed, deadline = [], time.time() + 240
+    # Each kill hits another job: the ranks that were live at a kill (the victim's peers are
+    # being torn down by mpirun) are never chosen again, so k kills make k failures.
+    killed, dead, deadline = [], set(), time.time() + 240
     for target in targets:
         while time.time() < deadline and proc.poll() is None:
-            live = [p for p in ranks(proc.pid) if p not in killed]
+            live = [p for p in ranks(proc.pid) if p not in dead]
             if live and last_step(out) >= target:
                 victim = rng.choice(live)
                 os.kill(victim, signal.SIGKILL)
                 killed.append(victim)
+                dead.update(live)
                 print(f"  killed rank pid {victim} after step {last_step(out)}", flush=True)
                 break
             time.sleep(0.05)
