@@ -6,8 +6,9 @@
 // Determinism contract:
 //   *_canonical / deterministic versions run the host/device bodies of
 //   runtime/cuda/philox_core.hpp and row_ops_core.hpp, which the CPU tests hold to the CPU
-//   kernels bit for bit (fill_uniform, dropout masks, LayerNorm forward, AdamW, embedding
-//   backward); a thread's result never depends on the launch shape.
+//   kernels bit for bit (fill_uniform, dropout masks, LayerNorm forward and backward, the
+//   causal softmax and its backward, the cross-entropy, AdamW, embedding backward); a thread's
+//   result never depends on the launch shape.
 //   layernorm_forward_fast: warp-shuffle reductions (a fixed order, so repeatable on one GPU
 //   model, but not the canonical sum: different bits from the CPU).
 //   embedding_backward_atomic: float atomicAdd in whatever order the hardware applies them:

@@ -14,9 +14,10 @@
 //   adamw_element          == one lane of lockstep::detail::adamw_lanes (optim/adamw_kernel.hpp)
 //   embedding_grad_column  == lockstep::token_row_grad (parallel/vocab_parallel.hpp) for one
 //                             (row, column)
-// Determinism contract: every reduction is the canonical csum under its SumRuleHD (block, tree,
-// token sequences; runtime/cuda/tree_counter.hpp);
-// no operation is contracted or reassociated (hd.hpp's build flags).
+// Determinism contract: every reduction is the canonical csum (or cdot) under its SumRuleHD
+// (block, tree, token sequences; runtime/cuda/tree_counter.hpp), every transcendental Lockstep's
+// own (runtime/cuda/math_device.hpp); no operation is contracted or reassociated (hd.hpp's build
+// flags).
 #pragma once
 
 #include <cstdint>
