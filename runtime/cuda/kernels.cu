@@ -128,7 +128,7 @@ __global__ void cross_entropy_forward_kernel(float* logits, const std::int32_t* 
   const std::int64_t t = std::int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (t >= T) return;
   float* l = logits + t * V;
-  const float m = hd::ce_max_signed_zero(hd::ce_row_max(l, V));
+  const float m = hd::ce_max_signed_zero(hd::row_max(l, V));
   float part, target;
   hd::ce_row_exp(l, V, m, labels[t], rule, &part, &target);
   max[t] = m;

@@ -63,7 +63,7 @@ void softmax_backward_canonical(cudaStream_t stream, const float* P, float* G, s
                                 std::int64_t C, float scale, const hd::SumRuleHD& rule);
 
 // Cross-entropy of T tokens over the full vocabulary V on one GPU (TP = 1):
-// lockstep::vocab_parallel_ce_forward's bits (one thread per token running hd::ce_row_max,
+// lockstep::vocab_parallel_ce_forward's bits (one thread per token running hd::row_max,
 // ce_row_exp and ce_row_loss; rule: the feature axis). logits becomes exp(logits - max).
 // Labels must lie in [0, V) (the host checks them before the upload).
 void cross_entropy_forward_canonical(cudaStream_t stream, float* logits, const std::int32_t* labels,

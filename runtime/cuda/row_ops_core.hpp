@@ -5,7 +5,7 @@
 //   softmax_causal_row, softmax_backward_row
 //                          == lockstep::softmax_causal_rows / softmax_backward_rows
 //                             (model/kernels/attn_rows.hpp) for one row
-//   ce_row_max, ce_row_exp, ce_row_loss, ce_row_backward
+//   row_max, ce_max_signed_zero, ce_row_exp, ce_row_loss, ce_row_backward
 //                          == lockstep::vocab_parallel_ce_forward / _backward
 //                             (parallel/vocab_parallel.cpp) for one token, phase by phase
 //   layernorm_row_backward, layernorm_param_grad_column
@@ -76,6 +76,13 @@ LOCKSTEP_HD inline void layernorm_param_grad_column(const float* dy, const float
   *db = csum_of(T, tokens, [d, n](std::int64_t t) { return d[t * n]; });
 }
 
+// The maximum of x[0..n), n >= 1, as the CPU rows scan it: m = x[0], then m = x[j] > m ? x[j] : m.
+LOCKSTEP_HD inline float row_max(const float* x, std::int64_t n) {
+  float m = x[0];
+  for (std::int64_t j = 1; j < n; ++j) m = x[j] > m ? x[j] : m;
+  return m;
+}
+
 // Row i of a causal softmax, in place over the row's C scores (n = i + 1 keys):
 // s[j] = s[j]*scale; m = s[0], then m = s[j] > m ? s[j] : m; e[j] = exp(s[j] - m) (Lockstep's
 // exp); P[j] = e[j] / csum(e[0..n)) under `rule` (the feature axis); P[j] = +0.0 for j > i.
@@ -83,8 +90,7 @@ LOCKSTEP_HD inline void softmax_causal_row(float* s, std::int64_t C, std::int64_
                                            const SumRuleHD& rule) {
   const std::int64_t n = i + 1;
   for (std::int64_t j = 0; j < n; ++j) s[j] = s[j] * scale;
-  float m = s[0];
-  for (std::int64_t j = 1; j < n; ++j) m = s[j] > m ? s[j] : m;
+  const float m = row_max(s, n);
   for (std::int64_t j = 0; j < n; ++j) s[j] = math::exp_shifted(s[j], m);
   const float sum = csum(s, n, rule);
   for (std::int64_t j = 0; j < n; ++j) s[j] = div(s[j], sum);
@@ -103,12 +109,7 @@ LOCKSTEP_HD inline void softmax_backward_row(const float* p, float* g, std::int6
 
 // The vocab-parallel cross-entropy of one token over this rank's vl logits l, in the phases
 // around the TP exchanges (with TP = 1 the exchanges are the identity):
-// 1. the local max: m = l[0], then m = l[v] > m ? l[v] : m (then the TP max gives M);
-LOCKSTEP_HD inline float ce_row_max(const float* l, std::int64_t vl) {
-  float m = l[0];
-  for (std::int64_t v = 1; v < vl; ++v) m = l[v] > m ? l[v] : m;
-  return m;
-}
+// 1. the local max, row_max(l, vl) (then the TP max gives M);
 //    the TP max ends with a zero maximum made +0.0 (MPI_MAX may pick either zero:
 //    TpContext::allreduce_max), also at TP = 1;
 LOCKSTEP_HD inline float ce_max_signed_zero(float M) {
