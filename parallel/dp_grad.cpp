@@ -9,8 +9,9 @@
 
 namespace lockstep {
 
-GradReducer::GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves)
-    : len_(len), mode_(mode), counter_(len, tree, leaves) {}
+GradReducer::GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves,
+                         int threads)
+    : len_(len), mode_(mode), counter_(len, tree, leaves, threads) {}
 
 void GradReducer::reset() {
   counter_.clear();
@@ -116,9 +117,8 @@ void GradReducer::reduce_scatter(const Communicator& dp, std::span<float> out) {
                        out);
   } else {
     flush_deferred();
-    merged_.resize(static_cast<std::size_t>(len_));
-    counter_.result(merged_.data());
-    reduce_scatter_sum(mode_, dp, merged_, out);
+    reduce_scatter_sum(
+        mode_, dp, std::span<const float>(counter_.root(), static_cast<std::size_t>(len_)), out);
   }
   record(out);
 }

@@ -20,10 +20,12 @@
 // is the chain (a + b) + c, with 2 every order gives a + b), else it refuses to run
 // (lockstep::Error).
 // Leaves are copied only while recording or perturbing; otherwise the cost is one branch.
-// Copies: push_microbatch() copies each leaf into the counter. push_microbatch_deferred()
-// only remembers the pointer and copies the leaf when another microbatch follows; a step
-// of one microbatch is then reduced straight from the caller's buffer (no copy when that
-// buffer is also the output). The arithmetic, and so every bit, is the same either way.
+// Copies: the counter copies a leaf only when it opens a new level of the tree (a leaf that
+// completes a subtree is merged where it is). push_microbatch_deferred() only remembers the
+// pointer and hands the leaf to the counter when another microbatch follows or the step is
+// reduced; a step of one microbatch is then reduced straight from the caller's buffer (no copy
+// when that buffer is also the output), and reduce_scatter sends the counter's root as it is.
+// The arithmetic, and so every bit, is the same either way.
 #pragma once
 
 #include <cstdint>
@@ -42,7 +44,9 @@ class GradReducer {
  public:
   // `len` floats: the flat gradient buffer (all gradient terms of this rank, in order); the
   // microbatches of a step are nodes of the `tree` over `leaves` leaves (MicrobatchPlan).
-  GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves);
+  // threads: for the elementwise merges of the microbatches (the bits do not depend on it).
+  GradReducer(std::int64_t len, Determinism mode, TreeShape tree, std::int64_t leaves,
+              int threads = 1);
 
   // Starts a new step: forgets all microbatches.
   void reset();
@@ -85,7 +89,7 @@ class GradReducer {
   std::vector<std::vector<float>> leaves_;  // copies, only while recording or perturbing
   std::int64_t n_leaves_ = 0;
   const float* deferred_ = nullptr;  // the last leaf, not yet in counter_
-  std::vector<float> merged_;        // reduce_scatter's send buffer (several microbatches)
+  std::vector<float> merged_;        // reduce_scatter's send buffer under debug.perturb
 };
 
 }  // namespace lockstep

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -25,32 +26,68 @@ void TreeCombiner::push_node(const float* node, std::int64_t width) {
              ") are not a node of the " + std::string(enum_name(shape_)) + " tree over " +
              std::to_string(total_) + " leaves",
          "push the nodes of the tree in order (launch/train splits microbatches at its nodes)");
-  // Level buffers are recycled (spare_), so a training step allocates nothing here.
-  std::vector<float> v;
-  if (!spare_.empty()) {
-    v = std::move(spare_.back());
-    spare_.pop_back();
+  const std::int64_t n = len_;
+  count_ += width;
+  if (merges == 0) {  // a new level: the node's own copy (level buffers are recycled, so a
+                      // training step allocates nothing here)
+    std::vector<float> v;
+    if (!spare_.empty()) {
+      v = std::move(spare_.back());
+      spare_.pop_back();
+    }
+    v.resize(static_cast<std::size_t>(n));
+    float* dst = v.data();
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
+    for (std::int64_t e = 0; e < n; ++e) dst[e] = node[e];
+    stack_.push_back(std::move(v));
+    return;
   }
-  v.assign(node, node + len_);
-  for (int k = 0; k < merges; ++k) {
-    const std::vector<float>& left = stack_.back();
-    for (std::int64_t e = 0; e < len_; ++e) v[e] = left[e] + v[e];
+  // v = L_1 + v, then L_2 + (L_1 + v), ... (L_1 the newest level): each element's merges in
+  // one pass, written into the oldest level they fold, which stays on the stack.
+  const std::size_t top = stack_.size();
+  std::array<const float*, 64> left{};  // merges <= the stack's depth <= log2(leaves) + 1
+  for (int k = 0; k < merges; ++k) left[k] = stack_[top - 1 - k].data();
+  float* dst = stack_[top - merges].data();
+  const float* const* L = left.data();
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
+  for (std::int64_t e = 0; e < n; ++e) {
+    float v = node[e];
+    for (int k = 0; k < merges; ++k) v = L[k][e] + v;
+    dst[e] = v;
+  }
+  for (int k = 1; k < merges; ++k) {
     spare_.push_back(std::move(stack_.back()));
     stack_.pop_back();
   }
-  stack_.push_back(std::move(v));
-  count_ += width;
+}
+
+const float* TreeCombiner::root() const {
+  if (count_ != total_ || stack_.size() != 1)
+    fail("TreeCombiner: result after " + std::to_string(count_) + " of " + std::to_string(total_) +
+         " leaves");
+  return stack_.back().data();
 }
 
 void TreeCombiner::result(float* out) const {
-  if (stack_.empty()) {
+  if (stack_.empty() && count_ == 0) {
     std::fill(out, out + len_, kAdditiveIdentity);
     return;
   }
-  if (count_ != total_ || stack_.size() != 1)
-    fail("TreeCombiner: result after " + std::to_string(count_) + " of " +
-         std::to_string(total_) + " leaves");
-  std::copy(stack_.back().begin(), stack_.back().end(), out);
+  std::copy_n(root(), len_, out);
+}
+
+std::int64_t TreeCombiner::peak_levels(TreeShape shape, std::int64_t leaves,
+                                       std::span<const std::int64_t> widths) {
+  std::int64_t depth = 0, peak = 0, at = 0;
+  for (std::int64_t w : widths) {
+    const int merges = merges_after_node(shape, leaves, at, at + w);
+    check(merges >= 0, "TreeCombiner::peak_levels: leaves [" + std::to_string(at) + ", " +
+                           std::to_string(at + w) + ") are not a node of the tree");
+    at += w;
+    depth = merges == 0 ? depth + 1 : depth - (merges - 1);
+    peak = std::max(peak, depth);
+  }
+  return peak;
 }
 
 namespace {

@@ -40,20 +40,33 @@ T tree_fold(TreeShape shape, std::span<const T> leaves, Add add) {
 // push nodes of the tree left to right (single leaves, or pre-merged subtrees); each push
 // merges with the stack as the tree's post order says (older + newer), so after the last
 // leaf one value is left, T(0, leaves). For pow2 and single leaves this is the binary counter.
+// A pushed node is read where it is: it is copied only when it starts a new stack level (no
+// merge follows it); otherwise its merges run in one pass and land in the oldest level they
+// fold. So the combiner holds peak_levels(...) buffers of len floats, not one more.
 class TreeCombiner {
  public:
-  TreeCombiner(std::int64_t len, TreeShape shape, std::int64_t leaves)
-      : len_(len), shape_(shape), total_(leaves) {}
+  // threads > 1 splits the elementwise copies and merges (every element's adds are the same).
+  TreeCombiner(std::int64_t len, TreeShape shape, std::int64_t leaves, int threads = 1)
+      : len_(len), shape_(shape), total_(leaves), threads_(threads) {}
   // Adds the next leaf (a vector of len values, one per output element).
   void push(const float* leaf) { push_node(leaf, 1); }
   // Adds the subtree over leaves [leaves(), leaves() + width), already merged. Throws if that
-  // range is not a node of the tree.
+  // range is not a node of the tree. `node` is not kept: the caller may reuse it on return.
   void push_node(const float* node, std::int64_t width);
   // Writes T over everything pushed (len values); -0.0 if nothing was pushed. Throws unless
   // every leaf was pushed.
   void result(float* out) const;
+  // T over everything pushed, held by the combiner until the next push or clear(). Throws
+  // unless every leaf was pushed (and at least one was).
+  const float* root() const;
   std::int64_t leaves() const { return count_; }
   std::int64_t total() const { return total_; }
+  // Buffers of len floats the combiner holds now (stack levels and recycled ones).
+  std::int64_t buffers() const { return std::ssize(stack_) + std::ssize(spare_); }
+  // The most stack levels (len-float buffers) a combiner over `leaves` leaves holds when fed
+  // nodes of these widths, in order (their sum is `leaves`).
+  static std::int64_t peak_levels(TreeShape shape, std::int64_t leaves,
+                                  std::span<const std::int64_t> widths);
   // Forgets every leaf (keeps the buffers for reuse); a new total if given.
   void clear();
   void clear(std::int64_t total) { clear(), total_ = total; }
@@ -62,6 +75,7 @@ class TreeCombiner {
   std::int64_t len_;
   TreeShape shape_;
   std::int64_t total_;
+  int threads_;
   std::int64_t count_ = 0;
   std::vector<std::vector<float>> stack_;
   std::vector<std::vector<float>> spare_;  // recycled level buffers

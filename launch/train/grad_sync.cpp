@@ -66,7 +66,7 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
           for (const auto& t : terms) total += t.numel();
         return total;
       }(),
-               mode, tree, leaves) {
+               mode, tree, leaves, std::max(1, threads)) {
   for (const auto& terms : model.grads()) {
     term_offset_.emplace_back();
     for (const auto& t : terms) {

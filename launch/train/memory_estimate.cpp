@@ -1,13 +1,14 @@
 #include "launch/train/memory_estimate.hpp"
 
 #include <algorithm>
-#include <bit>
 #include <thread>
 
 #include "launch/train/validate.hpp"
 #include "model/memory_footprint.hpp"
 #include "model/pipeline_stage.hpp"
+#include "parallel/microbatch_plan.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "runtime/csum.hpp"
 #include "runtime/text.hpp"
 
 namespace lockstep::config {
@@ -21,11 +22,23 @@ int rank_threads(const Config& c, int world_size) {
   return std::max(1, cores / std::max(1, world_size));
 }
 
+// The partial sums the microbatch combiner holds at its peak (runtime/csum.hpp): none for one
+// microbatch (reduced from the model's buffer), else the deepest stack of the plan's nodes
+// (ceil(log2 m) for a power-of-two m, fewer for others: 3 for 12 single-sequence passes).
+std::int64_t combiner_levels(const Config& c, std::int64_t dp) {
+  const std::int64_t seqs = c.data.global_batch / dp;
+  const MicrobatchPlan plan = plan_microbatches(c.numerics.tree, seqs, c.parallel.microbatch);
+  if (plan.passes.size() <= 1) return 0;
+  std::vector<std::int64_t> widths;
+  for (const Microbatch& mb : plan.passes) widths.push_back(mb.width);
+  return TreeCombiner::peak_levels(plan.tree, plan.leaves, widths);
+}
+
 // Stage s's ranks (launch/train/grad_sync.cpp, parallel/dp_grad.hpp). Gradients: the model's
 // term buffers (without ZeRO they are the reducer's flat buffer itself; with ZeRO that buffer
 // holds the whole microbatch again, plus this rank's reduced segment) and the combiner's partial
-// sums (up to ceil(log2 m) when m > 1). AdamW: m and v of the owned elements, a multi-term
-// parameter's combined gradient, and ZeRO's allgather buffers.
+// sums. AdamW: m and v of the owned elements, a multi-term parameter's combined gradient, and
+// ZeRO's allgather buffers.
 StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m) {
   const int tp = static_cast<int>(c.parallel.tp), pp = static_cast<int>(c.parallel.pp);
   const std::int64_t dp = world_size / (tp * pp);
@@ -34,7 +47,7 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   const PipelineStage stage = PipelineStage::of(c.model, pp, s, c.parallel.pp_layers.counts);
   const StageFootprint f = stage_footprint(c.model, tp, stage, mb, rank_threads(c, world_size));
   const std::int64_t W = f.param_floats, G = f.grad_floats;
-  const std::int64_t levels = m > 1 ? std::bit_width(static_cast<std::uint64_t>(m - 1)) : 0;
+  const std::int64_t levels = combiner_levels(c, dp);
   StageMemory r;
   r.stage = s;
   r.weights = kF * W;

@@ -384,6 +384,25 @@ TEST_CASE("memory estimate: PP divides the state, schedules set the slots, ZeRO 
   CHECK(human_bytes(std::int64_t{3} << 30) == "3.00 GiB");
 }
 
+TEST_CASE("memory estimate: the combiner's partial sums are its deepest stack, not ceil(log2 m)") {
+  Config c = tiny();
+  apply_override(c, "run.threads=1");
+  apply_override(c, "parallel.microbatch=1");
+  auto grads = [&](int global_batch, int ranks) {
+    apply_override(c, "data.global_batch=" + std::to_string(global_batch));
+    return memory_estimate(c, ranks).at(0).gradients;
+  };
+  const std::int64_t none = grads(1, 1), level = grads(2, 1) - none;  // one pass: no copy
+  REQUIRE(level > 0);
+  CHECK(grads(4, 1) - none == 2 * level);
+  CHECK(grads(8, 1) - none == 3 * level);
+  CHECK(grads(12, 1) - none == 3 * level);  // halving over 12 passes: 3 levels, not 4
+  CHECK(grads(12, 2) - grads(2, 2) == 2 * level);  // 6 passes per rank: 2 levels
+  CHECK(grads(16, 1) - none == 4 * level);
+  apply_override(c, "numerics.tree=pow2");  // the binary counter: 8 + 4, its deepest stack 3
+  CHECK(grads(12, 1) - none == 3 * level);
+}
+
 TEST_CASE("parallel.pp_layers: TOML array or comma list, checked against pp and layers") {
   Config c = tiny();
   load_toml_text(c, "[parallel]\npp = 2\npp_layers = [1, 3]\n[model]\nlayers = 4\n", "t");

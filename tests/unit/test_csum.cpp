@@ -175,7 +175,9 @@ TEST_CASE("TreeCombiner over a microbatch plan equals the literal tree, for any 
         auto leaf = mixed_floats(static_cast<std::size_t>(plan.leaves * len), 9 + seqs * 31 + mb);
         TreeCombiner c(len, shape, plan.leaves);
         std::int64_t at = 0;
+        std::vector<std::int64_t> widths;
         for (const Microbatch& m : plan.passes) {
+          widths.push_back(m.width);
           REQUIRE(m.count <= mb);
           // the node's own value: the literal tree over its leaves
           float node[len];
@@ -194,8 +196,19 @@ TEST_CASE("TreeCombiner over a microbatch plan equals the literal tree, for any 
           for (std::int64_t i = 0; i < plan.leaves; ++i) col.push_back(leaf[i * len + e]);
           INFO("tree=" << enum_name(shape) << " seqs=" << seqs << " mb=" << mb);
           REQUIRE(bits(got[e]) == bits(fold(shape, col)));
+          REQUIRE(bits(c.root()[e]) == bits(got[e]));
         }
+        // It never held more buffers than the deepest stack of the plan (memory_estimate).
+        REQUIRE(c.buffers() == TreeCombiner::peak_levels(shape, plan.leaves, widths));
       }
+  // The stack depths the memory estimate counts: ceil(log2 m) for a power of two, else fewer.
+  auto singles = [](std::int64_t m) { return std::vector<std::int64_t>(m, 1); };
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 12, singles(12)) == 3);
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 6, singles(6)) == 2);
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 8, singles(8)) == 3);
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::pow2, 8, singles(8)) == 3);
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 2, singles(2)) == 1);
+  REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 1, singles(1)) == 1);
   // a microbatch of 2 in a 6-sequence rank is the nodes 2, 1, 2, 1 of the halving tree
   const MicrobatchPlan p = plan_microbatches(TreeShape::halving, 6, 2);
   REQUIRE(p.passes.size() == 4);
