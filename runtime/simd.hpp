@@ -51,9 +51,10 @@
 // generic vector of W floats for kernels that let the compiler pick the instructions
 // (model/kernels/ln_rows_impl.hpp: one row per lane).
 //
-// The lane types' operations are LOCKSTEP_HD (runtime/hd.hpp: empty for the host compiler), so a
-// kernel over Vec<T> also compiles for the GPU when T is a device trait
-// (runtime/cuda/simd_device.hpp: DeviceScalar, one float per thread).
+// Scalar and the lane types' operations are LOCKSTEP_HD (runtime/hd.hpp: empty for the host
+// compiler; fma / div / sqrt are hd::'s correctly rounded spellings, std:: on the host), so a
+// kernel over Vec<Scalar> also compiles for the GPU, one float per thread
+// (runtime/cuda/math_device.hpp).
 //
 // Determinism contract: every trait operation is one IEEE-rounded operation per lane (fma: one
 // rounding; Scalar's fma is std::fma, correctly rounded) and a selection moves bits (never a
@@ -82,63 +83,79 @@ struct Scalar {
   using ireg = std::uint32_t;  // unsigned inside, so wrap-around is defined
   using mask = bool;
 
-  static reg set1(float x) { return x; }
-  static reg zero() { return 0.0f; }
-  static reg neg_zero() { return -0.0f; }
-  static reg bcast(const float* p) { return *p; }
-  static reg load(const float* p) { return *p; }
-  static reg loadu(const float* p) { return *p; }
-  static void store(float* p, reg x) { *p = x; }
-  static void storeu(float* p, reg x) { *p = x; }
+  LOCKSTEP_HD static reg set1(float x) { return x; }
+  LOCKSTEP_HD static reg zero() { return 0.0f; }
+  LOCKSTEP_HD static reg neg_zero() { return -0.0f; }
+  LOCKSTEP_HD static reg bcast(const float* p) { return *p; }
+  LOCKSTEP_HD static reg load(const float* p) { return *p; }
+  LOCKSTEP_HD static reg loadu(const float* p) { return *p; }
+  LOCKSTEP_HD static void store(float* p, reg x) { *p = x; }
+  LOCKSTEP_HD static void storeu(float* p, reg x) { *p = x; }
   // With one lane there is no partial vector (0 < n < W is empty); the GEMM's edge code still
   // names these.
-  static reg load_partial(const float* p, int) { return *p; }
-  static void store_partial(float* p, reg x, int) { *p = x; }
+  LOCKSTEP_HD static reg load_partial(const float* p, int) { return *p; }
+  LOCKSTEP_HD static void store_partial(float* p, reg x, int) { *p = x; }
 
-  static reg add(reg a, reg b) { return a + b; }
-  static reg sub(reg a, reg b) { return a - b; }
-  static reg mul(reg a, reg b) { return a * b; }
-  static reg div(reg a, reg b) { return a / b; }
-  static reg sqrt(reg a) { return std::sqrt(a); }
-  static reg neg(reg a) { return -a; }
-  static reg fma(reg a, reg b, reg c) { return std::fma(a, b, c); }
-  static mask lt(reg a, reg b) { return a < b; }
-  static mask le(reg a, reg b) { return a <= b; }
-  static mask gt(reg a, reg b) { return a > b; }
-  static mask ge(reg a, reg b) { return a >= b; }
-  static mask eq(reg a, reg b) { return a == b; }
-  static mask ne(reg a, reg b) { return a != b; }
+  LOCKSTEP_HD static reg add(reg a, reg b) { return a + b; }
+  LOCKSTEP_HD static reg sub(reg a, reg b) { return a - b; }
+  LOCKSTEP_HD static reg mul(reg a, reg b) { return a * b; }
+  LOCKSTEP_HD static reg div(reg a, reg b) { return hd::div(a, b); }
+  LOCKSTEP_HD static reg sqrt(reg a) { return hd::sqrt(a); }
+  LOCKSTEP_HD static reg neg(reg a) { return -a; }
+  LOCKSTEP_HD static reg fma(reg a, reg b, reg c) { return hd::fma(a, b, c); }
+  LOCKSTEP_HD static mask lt(reg a, reg b) { return a < b; }
+  LOCKSTEP_HD static mask le(reg a, reg b) { return a <= b; }
+  LOCKSTEP_HD static mask gt(reg a, reg b) { return a > b; }
+  LOCKSTEP_HD static mask ge(reg a, reg b) { return a >= b; }
+  LOCKSTEP_HD static mask eq(reg a, reg b) { return a == b; }
+  LOCKSTEP_HD static mask ne(reg a, reg b) { return a != b; }
 
-  static ireg iset1(std::int32_t x) { return std::uint32_t(x); }
-  static ireg iadd(ireg a, ireg b) { return a + b; }
-  static ireg isub(ireg a, ireg b) { return a - b; }
-  static ireg iand(ireg a, ireg b) { return a & b; }
-  static ireg ior(ireg a, ireg b) { return a | b; }
-  static ireg ixor(ireg a, ireg b) { return a ^ b; }
-  static mask ieq(ireg a, ireg b) { return a == b; }
+  LOCKSTEP_HD static ireg iset1(std::int32_t x) { return std::uint32_t(x); }
+  LOCKSTEP_HD static ireg iadd(ireg a, ireg b) { return a + b; }
+  LOCKSTEP_HD static ireg isub(ireg a, ireg b) { return a - b; }
+  LOCKSTEP_HD static ireg iand(ireg a, ireg b) { return a & b; }
+  LOCKSTEP_HD static ireg ior(ireg a, ireg b) { return a | b; }
+  LOCKSTEP_HD static ireg ixor(ireg a, ireg b) { return a ^ b; }
+  LOCKSTEP_HD static mask ieq(ireg a, ireg b) { return a == b; }
   template <int N>
-  static ireg shl(ireg a) {
+  LOCKSTEP_HD static ireg shl(ireg a) {
     return a << N;
   }
   template <int N>
-  static ireg sra(ireg a) {
+  LOCKSTEP_HD static ireg sra(ireg a) {
     return std::uint32_t(std::int32_t(a) >> N);  // arithmetic shift (C++20)
   }
-  static ireg as_int(reg a) {
+  LOCKSTEP_HD static ireg as_int(reg a) {
+#if defined(__CUDA_ARCH__)
+    return __float_as_uint(a);
+#else
     std::uint32_t u;
     std::memcpy(&u, &a, 4);
     return u;
+#endif
   }
-  static reg as_float(ireg a) {
+  LOCKSTEP_HD static reg as_float(ireg a) {
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(a);
+#else
     float f;
     std::memcpy(&f, &a, 4);
     return f;
+#endif
   }
-  static reg to_float(ireg a) { return float(std::int32_t(a)); }
+  LOCKSTEP_HD static reg to_float(ireg a) {
+    return float(std::int32_t(a));
+  }
   // Selects by bits (never by a float move that could quiet a signaling NaN).
-  static reg sel(mask m, reg a, reg b) { return as_float(m ? as_int(a) : as_int(b)); }
-  static mask mand(mask a, mask b) { return a && b; }
-  static mask mor(mask a, mask b) { return a || b; }
+  LOCKSTEP_HD static reg sel(mask m, reg a, reg b) {
+    return as_float(m ? as_int(a) : as_int(b));
+  }
+  LOCKSTEP_HD static mask mand(mask a, mask b) {
+    return a && b;
+  }
+  LOCKSTEP_HD static mask mor(mask a, mask b) {
+    return a || b;
+  }
 };
 
 // ---- Sse2: four floats, baseline x86-64 (the LayerNorm rows' baseline groups) ------------------

@@ -16,8 +16,8 @@
 // sra<n>, I(int32) broadcast, to_float(I) (exact for the small ints used here); comparisons
 // < <= > >= == on F (ordered: false on NaN), != (unordered: true on NaN) and == on I; mask & |;
 // sel(m, a, b) = m ? a : b per lane; F::loadu, F::load_n, storeu, store_n for the array loops.
-// The kernels (exp_k ... gelu_pair_k and their helpers) are LOCKSTEP_HD: over the device trait
-// (runtime/cuda/simd_device.hpp) nvcc compiles this same source for the GPU
+// The kernels (exp_k ... gelu_pair_k and their helpers) are LOCKSTEP_HD: over simd::Scalar
+// (also LOCKSTEP_HD) nvcc compiles this same source for the GPU, one float per thread
 // (runtime/cuda/math_device.hpp), which is how the GPU gets the CPU's bits (G5).
 #pragma once
 

@@ -1,19 +1,20 @@
 // Lockstep's transcendentals and GELU for one float, as host/device functions: the kernels of
-// runtime/transcendental_impl.hpp (the source every CPU path runs) instantiated over the device
-// trait (runtime/cuda/simd_device.hpp). Used by the device kernels (runtime/cuda/kernels.cu:
-// math_apply) and held to lockstep::math's scalar API by tests/unit/test_cuda_math_host.cpp.
-// Determinism contract: hd::math::F(x) performs exactly the IEEE operations of lockstep::math::F
-// on the CPU, in the same order, each rounded once (G5: the same bits on the GPU and the CPU,
-// given nvcc's --fmad=false -prec-div=true -prec-sqrt=true -ftz=false).
+// runtime/transcendental_impl.hpp (the source every CPU path runs) instantiated over the Scalar
+// trait of runtime/simd.hpp (LOCKSTEP_HD: one float per GPU thread). Used by the device kernels
+// (runtime/cuda/kernels.cu: math_apply) and held to lockstep::math's scalar API by
+// tests/unit/test_cuda_math_host.cpp. Determinism contract: hd::math::F(x) performs exactly the
+// IEEE operations of lockstep::math::F on the CPU, in the same order, each rounded once (G5: the
+// same bits on the GPU and the CPU, given nvcc's --fmad=false -prec-div=true -prec-sqrt=true
+// -ftz=false).
 #pragma once
 
-#include "runtime/cuda/simd_device.hpp"
 #include "runtime/hd.hpp"
+#include "runtime/simd.hpp"
 #include "runtime/transcendental_impl.hpp"
 
 namespace lockstep::hd::math {
 
-using Lane = simd::Vec<simd::DeviceScalar>;
+using Lane = simd::Vec<simd::Scalar>;
 
 LOCKSTEP_HD inline float exp(float x) {
   return lockstep::math::detail::exp_k(Lane(x)).v;

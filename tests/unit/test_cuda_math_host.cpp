@@ -1,5 +1,5 @@
 // The device transcendentals (runtime/cuda/math_device.hpp: runtime/transcendental_impl.hpp's
-// kernels over the device trait DeviceScalar), compiled here by the host compiler, against
+// kernels over simd::Scalar, the trait the device compiles), compiled here by the host compiler, against
 // lockstep::math's scalar API bit for bit: every function on special values and on a sweep of
 // float bit patterns (NaN payloads included), GELU's value-and-gradient pair and exp_shifted
 // against the array API. The GPU half (the same source compiled by nvcc) is in
