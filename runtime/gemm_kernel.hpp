@@ -426,18 +426,19 @@ struct Driver {
       for (std::int64_t jt = 0; jt < ntl; ++jt) {
         float* bp = bpack + jt * kl * NR;
         using V = typename Kern::Vec;
-        if constexpr (V::W == 16) {
-          // Whole 16 x 16 blocks by register transposes (the trait's), the k tail below
-          // element-wise.
-          const std::int64_t k16 = kl / 16 * 16;
-          if (NR % 16 == 0 && (jt + 1) * NR <= ncur && k16 > 0) {
-            for (int c0 = 0; c0 < NR; c0 += 16)
-              for (std::int64_t k0 = 0; k0 < k16; k0 += 16)
+        if constexpr (V::W >= 8) {
+          // Whole W x W blocks by register transposes (the trait's: 16 x 16 on AVX-512, 8 x 8
+          // on AVX2), the k tail below element-wise. Pure moves: the packed values are the same.
+          constexpr int W = V::W;
+          const std::int64_t kw = kl / W * W;
+          if (NR % W == 0 && (jt + 1) * NR <= ncur && kw > 0) {
+            for (int c0 = 0; c0 < NR; c0 += W)
+              for (std::int64_t k0 = 0; k0 < kw; k0 += W)
                 V::transpose(g.B + (jc + jt * NR + c0) * g.ldb + pc + k0, g.ldb, bp + k0 * NR + c0,
                              NR);
             for (int c = 0; c < NR; ++c) {
               const float* src = g.B + (jc + jt * NR + c) * g.ldb + pc;
-              for (std::int64_t k = k16; k < kl; ++k) bp[k * NR + c] = src[k];
+              for (std::int64_t k = kw; k < kl; ++k) bp[k * NR + c] = src[k];
             }
             continue;
           }
