@@ -15,8 +15,9 @@
 //   not repeatable; this is the fast-mode baseline only.
 //   math_apply / gelu_tanh_and_grad: lockstep::math's kernels compiled for the device
 //   (runtime/cuda/math_device.hpp), element by element: the CPU's bits.
-// Not here yet: the attention products (scores, P.V: the canonical GEMM with a causal skip),
-// the TP exchanges of the vocab-parallel cross-entropy (one GPU: cross_entropy_*_canonical).
+// The attention products run as full-size canonical GEMMs (gemm_canonical.hpp; the CPU's
+// causal products' bits, unit.test_cuda_attn_host). Not here yet: their causal skip, the TP
+// exchanges of the vocab-parallel cross-entropy (one GPU: cross_entropy_*_canonical).
 #pragma once
 
 #include <cuda_runtime_api.h>
