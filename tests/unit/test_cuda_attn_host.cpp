@@ -6,7 +6,8 @@
 // pruned trees, zero-row fix-ups). So a device forward / backward may run attention with the
 // one canonical GEMM kernel and keep G3 against the CPU; the causal skip on the device is a
 // speed-up still to come, and must keep these bits. Both trees, block counts that are and are
-// not powers of two, and a causal row that sums to an exact zero.
+// not powers of two, the fused CPU kernels on and off, and a causal row that sums to an exact
+// zero.
 #include <catch2/catch.hpp>
 
 #include <cstdint>
@@ -69,32 +70,36 @@ TEST_CASE("device attention products (full-size canonical GEMM body) == the CPU'
   for (Isa isa : supported_isas())
     for (TreeShape tree : {TreeShape::pow2, TreeShape::halving})
       for (std::int64_t C :
-           {std::int64_t(64), std::int64_t(96), std::int64_t(48), std::int64_t(37)}) {
-        if (tree == TreeShape::pow2 && C != 64) continue;  // pow2 keeps G3 only on 2^j blocks
-        INFO("isa=" << enum_name(isa) << " tree=" << enum_name(tree) << " C=" << C);
-        const TpContext tp(nullptr, Determinism::invariant, KernelCtx{isa, 1, B, tree});
-        const gpt_detail::CausalGemms cg(tp, C, B, /*perturbed=*/false, /*fused=*/false);
-        std::vector<float> scratch(std::size_t(
-            std::max<std::int64_t>(8 * cg.rows() * hd, attn_gemm_scratch_floats(C, hd, B))));
-        const SumRule rule{B, tree, 0};
+           {std::int64_t(64), std::int64_t(96), std::int64_t(48), std::int64_t(37)})
+        for (bool fused : {false, true}) {  // fused: model/kernels/attn_gemm.hpp where it applies
+          if (tree == TreeShape::pow2 && C != 64) continue;  // pow2 keeps G3 only on 2^j blocks
+          INFO("isa=" << enum_name(isa) << " tree=" << enum_name(tree) << " C=" << C
+                      << " fused=" << fused);
+          const TpContext tp(nullptr, Determinism::invariant, KernelCtx{isa, 1, B, tree});
+          const gpt_detail::CausalGemms cg(tp, C, B, /*perturbed=*/false, fused);
+          std::vector<float> scratch(std::size_t(
+              std::max<std::int64_t>(8 * cg.rows() * hd, attn_gemm_scratch_floats(C, hd, B))));
+          const SumRule rule{B, tree, 0};
 
-        const auto Q = testing::mixed_floats(std::size_t(C * hd), seed++);
-        const auto K = testing::mixed_floats(std::size_t(C * hd), seed++);
-        std::vector<float> S(std::size_t(C * C), 42.0f);
-        cg.nt(hd, Q.data(), hd, K.data(), hd, S.data(), scratch.data());
-        const auto S_dev = device_gemm(rule, false, C, C, hd, Q.data(), hd, true, K.data(), hd);
-        for (std::int64_t i = 0; i < C; ++i)  // the causal entries (j <= i) of each row
-          CHECK(same_bits(&S[std::size_t(i * C)], &S_dev[std::size_t(i * C)], std::size_t(i + 1)));
+          const auto Q = testing::mixed_floats(std::size_t(C * hd), seed++);
+          const auto K = testing::mixed_floats(std::size_t(C * hd), seed++);
+          std::vector<float> S(std::size_t(C * C), 42.0f);
+          cg.nt(hd, Q.data(), hd, K.data(), hd, S.data(), scratch.data());
+          const auto S_dev = device_gemm(rule, false, C, C, hd, Q.data(), hd, true, K.data(), hd);
+          for (std::int64_t i = 0; i < C; ++i)  // the causal entries (j <= i) of each row
+            CHECK(
+                same_bits(&S[std::size_t(i * C)], &S_dev[std::size_t(i * C)], std::size_t(i + 1)));
 
-        const auto P = causal(C, seed++, C / 2);
-        std::vector<float> X = testing::mixed_floats(std::size_t(C * hd), seed++);
-        for (std::int64_t j = 0; j < C; ++j) X[std::size_t(j * hd)] = 1.0f;  // column 0: exact zero
-        std::vector<float> O(std::size_t(C * hd), 42.0f), dV(std::size_t(C * hd), 42.0f);
-        cg.prefix(hd, P.data(), C, X.data(), hd, O.data(), hd, scratch.data());
-        cg.suffix(hd, P.data(), C, X.data(), hd, dV.data(), hd, scratch.data());
-        CHECK(same_bits(O, device_gemm(rule, false, C, hd, C, P.data(), C, false, X.data(), hd)));
-        CHECK(same_bits(dV, device_gemm(rule, true, C, hd, C, P.data(), C, false, X.data(), hd)));
-      }
+          const auto P = causal(C, seed++, C / 2);
+          std::vector<float> X = testing::mixed_floats(std::size_t(C * hd), seed++);
+          for (std::int64_t j = 0; j < C; ++j)
+            X[std::size_t(j * hd)] = 1.0f;  // column 0: exact zero
+          std::vector<float> O(std::size_t(C * hd), 42.0f), dV(std::size_t(C * hd), 42.0f);
+          cg.prefix(hd, P.data(), C, X.data(), hd, O.data(), hd, scratch.data());
+          cg.suffix(hd, P.data(), C, X.data(), hd, dV.data(), hd, scratch.data());
+          CHECK(same_bits(O, device_gemm(rule, false, C, hd, C, P.data(), C, false, X.data(), hd)));
+          CHECK(same_bits(dV, device_gemm(rule, true, C, hd, C, P.data(), C, false, X.data(), hd)));
+        }
 }
 
 TEST_CASE("the attention comparison can fail: another block size gives other bits",
