@@ -15,6 +15,8 @@
 #include <cstring>
 #include <vector>
 
+#include "model/gpt_causal_gemms.hpp"
+#include "model/kernels/attn_gemm.hpp"
 #include "model/kernels/attn_rows.hpp"
 #include "model/ops.hpp"
 #include "optim/adamw.hpp"
@@ -123,6 +125,42 @@ TEST_CASE("CUDA kernels == CPU kernels bit for bit (needs a GPU)", "[cuda][devic
                            std::max<std::int64_t>(ldb, 1), dC.data(), c.N,
                            hd_rule(KernelCtx::best(1, c.block).rule()));
       CHECK(same_bits(to_host(dC, s), want));
+    }
+  }
+
+  SECTION("attention products: full-size canonical GEMMs == the CPU's causal products") {
+    // unit.test_cuda_attn_host checks the same on the host-compiled body; here the kernel.
+    const std::int64_t hd = 64;
+    for (std::int64_t C : {std::int64_t(192), std::int64_t(1024)}) {
+      INFO("C=" << C);
+      const KernelCtx ctx = KernelCtx::best(1, 64);
+      const TpContext tp(nullptr, Determinism::invariant, ctx);
+      const gpt_detail::CausalGemms cg(tp, C, 64);
+      std::vector<float> scratch(std::size_t(
+          std::max<std::int64_t>(8 * cg.rows() * hd, attn_gemm_scratch_floats(C, hd, 64))));
+      const auto Q = testing::mixed_floats(std::size_t(C * hd), 31);
+      const auto K = testing::mixed_floats(std::size_t(C * hd), 32);
+      auto P = testing::mixed_floats(std::size_t(C * C), 33);
+      for (std::int64_t i = 0; i < C; ++i)
+        for (std::int64_t j = i + 1; j < C; ++j) P[std::size_t(i * C + j)] = 0.0f;
+      std::vector<float> S(std::size_t(C * C)), O(std::size_t(C * hd)), dV(O.size());
+      cg.nt(hd, Q.data(), hd, K.data(), hd, S.data(), scratch.data());
+      cg.prefix(hd, P.data(), C, K.data(), hd, O.data(), hd, scratch.data());
+      cg.suffix(hd, P.data(), C, K.data(), hd, dV.data(), hd, scratch.data());
+      auto dQ = to_device(Q, s, "Q"), dK = to_device(K, s, "K"), dP = to_device(P, s, "P");
+      cuda::DeviceBuffer<float> dS(S.size(), "S"), dO(O.size(), "O"), ddV(O.size(), "dV");
+      const auto rule = hd_rule(ctx.rule());
+      cuda::gemm_canonical(s.get(), Trans::N, Trans::T, C, C, hd, dQ.data(), hd, dK.data(), hd,
+                           dS.data(), C, rule);
+      cuda::gemm_canonical(s.get(), Trans::N, Trans::N, C, hd, C, dP.data(), C, dK.data(), hd,
+                           dO.data(), hd, rule);
+      cuda::gemm_canonical(s.get(), Trans::T, Trans::N, C, hd, C, dP.data(), C, dK.data(), hd,
+                           ddV.data(), hd, rule);
+      const auto S_dev = to_host(dS, s);
+      for (std::int64_t i = 0; i < C; ++i)  // the causal entries of each row
+        CHECK(same_bits(&S[std::size_t(i * C)], &S_dev[std::size_t(i * C)], std::size_t(i + 1)));
+      CHECK(same_bits(to_host(dO, s), O));
+      CHECK(same_bits(to_host(ddV, s), dV));
     }
   }
 
