@@ -246,15 +246,48 @@ std::span<const float> Gpt::stage_input_grad() const {
   return cs(impl_->dh);
 }
 
+std::vector<std::vector<GradTermId>> Gpt::grad_groups() const {
+  const Impl& m = *impl_;
+  std::vector<std::vector<GradTermId>> g;
+  auto present = [](std::initializer_list<GradTermId> ids) {
+    std::vector<GradTermId> v;
+    for (const GradTermId& id : ids)
+      if (id.param >= 0) v.push_back(id);
+    return v;
+  };
+  g.push_back(present({{m.embed, 0}, {m.lnfw, 0}, {m.lnfb, 0}}));
+  for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
+    const LayerIdx& I = m.li[static_cast<std::size_t>(l)];
+    g.emplace_back();
+    for (int p : {I.ln1w, I.ln1b, I.q, I.qb, I.k, I.kb, I.v, I.vb, I.proj, I.projb, I.ln2w, I.ln2b,
+                  I.fc1, I.fc1b, I.fc2, I.fc2b})
+      if (p >= 0) g.back().push_back({p, 0});
+  }
+  g.push_back(present({{m.pos, 0}, {m.embed, 1}}));
+  std::size_t n = 0;
+  for (const auto& grp : g) n += grp.size();
+  std::size_t terms = 0;
+  for (const auto& t : grads_) terms += t.size();
+  check(n == terms, "Gpt::grad_groups: " + std::to_string(n) + " of " + std::to_string(terms) +
+                        " gradient terms grouped");
+  return g;
+}
+
 void Gpt::backward(const std::int32_t* tokens, const std::int32_t* labels, float loss_scale) {
   impl_->rec = impl_->obs && impl_->obs->recording();
   const Pass ps(*impl_, cfg_, tp_, params_, grads_, seed_);
+  auto ready = [&](std::int64_t group) {
+    if (grads_ready_) grads_ready_(static_cast<int>(group));
+  };
   lm_head_backward(ps, labels, loss_scale);
+  ready(0);
   for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
     mlp_backward(ps, l);
     attention_backward(ps, l);
+    ready(cfg_.layers - l);
   }
   embedding_backward(ps, tokens);
+  ready(cfg_.layers + 1);
 }
 
 }  // namespace lockstep

@@ -76,6 +76,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -107,6 +108,10 @@ void check_perturb_op(const ModelConfig& cfg, const std::string& name);
 
 // grads[i][k]: term k (named table()[i].terms[k]) of parameter i, local shard shape.
 using GradTerms = std::vector<std::vector<Tensor>>;
+// One gradient term: its parameter's index in the table and the term's index there.
+struct GradTermId {
+  int param = 0, term = 0;
+};
 
 class Gpt {
  public:
@@ -183,6 +188,15 @@ class Gpt {
   // first stage): what the previous stage's backward starts from.
   std::span<const float> stage_input_grad() const;
 
+  // The groups of gradient terms forward_backward finishes one after another, in this order:
+  // the LM head's (embed.weight's "head" term, final_ln), each layer's (the last layer
+  // first), the embedding's (pos_embed, embed.weight's "lookup"). Every term is in one group.
+  std::vector<std::vector<GradTermId>> grad_groups() const;
+  // Called by forward_backward with g right after group g's terms are final for this
+  // microbatch; the pass writes none of them again (the training loop merges a group's terms
+  // away while the backward goes on, launch/train/grad_sync.hpp). Not by backward_stage.
+  void set_grads_ready(std::function<void(int group)> hook) { grads_ready_ = std::move(hook); }
+
   // The op trace / debug.perturb hook (see the header comment); nullptr: none. Not owned;
   // it must outlive every later forward/backward. Which ops are perturbed is read here.
   void set_observer(OpObserver* observer);
@@ -202,6 +216,7 @@ class Gpt {
   std::uint64_t seed_ = 0;
   std::vector<Tensor> params_;
   GradTerms grads_;
+  std::function<void(int)> grads_ready_;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -1,5 +1,9 @@
 #include "model/memory_footprint.hpp"
 
+#include <algorithm>
+#include <map>
+#include <string>
+
 #include "model/param_table.hpp"
 #include "runtime/gemm.hpp"
 
@@ -24,13 +28,23 @@ StageFootprint stage_footprint(const ModelConfig& cfg, int tp, const PipelineSta
                                std::int64_t mb, int threads) {
   StageFootprint f;
   const ParamTable table = ParamTable::build(cfg);
+  std::map<std::string, std::int64_t> group;  // Gpt::grad_groups by name
   for (const ParamSpec& s : table.entries()) {
     if (!stage.holds(s)) continue;
     const std::int64_t n = shape_numel(s.shard(tp, 0).local_shape());
     f.param_floats += n;
     f.grad_floats += n * static_cast<std::int64_t>(s.terms.size());
     f.terms_whole_lines = f.terms_whole_lines && n % 16 == 0;
+    for (std::size_t t = 0; t < s.terms.size(); ++t) {
+      const bool lookup = s.name == "pos_embed.weight" || (s.name == "embed.weight" && t == 1);
+      const std::string key = s.name.starts_with("layers.") ? s.name.substr(0, s.name.find('.', 7))
+                              : lookup                      ? "embedding"
+                                                            : "head";
+      group[key] += (n + 15) / 16 * 16;
+    }
   }
+  for (const auto& [name, floats] : group)
+    f.grad_group_floats = std::max(f.grad_group_floats, floats);
   const std::int64_t C = cfg.context, T = mb * C, d = cfg.d_model, dl = d / tp;
   const std::int64_t fld = gemm_row_stride(cfg.ffn / tp), vl = cfg.padded_vocab() / tp;
   const std::int64_t probs = mb * (cfg.heads / tp) * C * C;

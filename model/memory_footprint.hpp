@@ -19,6 +19,9 @@ struct StageFootprint {
   std::int64_t param_floats = 0;            // the stage's parameter shards on this TP rank
   std::int64_t grad_floats = 0;             // the model's gradient term buffers (one per term held)
   bool terms_whole_lines = true;  // every term a multiple of 16 floats (64-byte boundaries)
+  // The largest group of Gpt::grad_groups(), each term rounded up to 16 floats: the scratch of
+  // launch/train/grad_sync.hpp's streamed microbatches.
+  std::int64_t grad_group_floats = 0;
   std::int64_t forward_state_bytes = 0;     // one microbatch of mb sequences, kept to backward
   std::int64_t backward_scratch_bytes = 0;  // once per rank, reused by every microbatch
 };

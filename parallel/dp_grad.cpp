@@ -20,7 +20,7 @@ void GradReducer::reset() {
   deferred_ = nullptr;
 }
 
-bool GradReducer::keep_leaves() const {
+bool GradReducer::keeps_leaves() const {
   return observer_ && (observer_->recording() || observer_->perturb(kOpName));
 }
 
@@ -35,17 +35,25 @@ void GradReducer::push_microbatch_deferred(const float* grads, std::int64_t widt
   deferred_ = grads;
   deferred_width_ = width;
   ++n_pushed_;
-  if (keep_leaves()) {
+  if (keeps_leaves()) {
     if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
     leaves_[n_leaves_++].assign(grads, grads + len_);
   }
+}
+
+float* GradReducer::open_microbatch(std::int64_t width) {
+  check(!keeps_leaves(), "GradReducer: a streamed microbatch while its leaves are kept",
+        "push whole microbatches (push_microbatch) while recording or perturbing");
+  flush_deferred();
+  ++n_pushed_;
+  return counter_.open_node(width);
 }
 
 void GradReducer::push_microbatch(const float* grads, std::int64_t width) {
   flush_deferred();
   counter_.push_node(grads, width);
   ++n_pushed_;
-  if (keep_leaves()) {
+  if (keeps_leaves()) {
     if (static_cast<std::int64_t>(leaves_.size()) <= n_leaves_) leaves_.emplace_back();
     leaves_[n_leaves_++].assign(grads, grads + len_);
   }

@@ -25,6 +25,8 @@
 // pointer and hands the leaf to the counter when another microbatch follows or the step is
 // reduced; a step of one microbatch is then reduced straight from the caller's buffer (no copy
 // when that buffer is also the output), and reduce_scatter sends the counter's root as it is.
+// Streamed microbatches (open_microbatch) are not copied at all: a microbatch that opens a
+// level is written there by the backward, one that merges is merged piece by piece.
 // The arithmetic, and so every bit, is the same either way.
 #pragma once
 
@@ -61,6 +63,20 @@ class GradReducer {
   void flush_deferred();
   std::int64_t microbatches() const { return n_pushed_; }
 
+  // Streamed microbatches (TreeCombiner::open_node): the caller's backward writes a microbatch
+  // straight into the buffer open_microbatch() returns (it opens a stack level), or, when that
+  // is nullptr, hands it over in merge_part() pieces as they finish, then close_microbatch().
+  // Not while the leaves are kept (keeps_leaves(): op trace recording or debug.perturb).
+  float* open_microbatch(std::int64_t width);
+  void merge_part(std::int64_t offset, const float* part, std::int64_t n) {
+    counter_.merge_part(offset, part, n);
+  }
+  void close_microbatch() { counter_.close_node(); }
+  // The step's merged gradient is built in `root` (len floats; nullptr: the counter's own
+  // buffers), so allreduce(dp, root) copies nothing. Call right after reset().
+  void set_root_buffer(float* root) { counter_.set_root_buffer(root); }
+  bool keeps_leaves() const;
+
   // Writes the merged gradient of this rank's microbatches into out (len floats), then
   // sums over `dp` in place: tree allreduce (invariant) or MPI_Allreduce (otherwise).
   // `out` may be the buffer of a deferred single microbatch (then nothing is copied).
@@ -74,7 +90,6 @@ class GradReducer {
   static constexpr std::string_view kOpName = "dp.reduce";
 
  private:
-  bool keep_leaves() const;
   // debug.perturb: out (len floats) = chain over every rank's leaves in (rank, microbatch)
   // order; collective over dp.
   void perturbed_sum(const Communicator& dp, std::span<float> out) const;

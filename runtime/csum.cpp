@@ -14,58 +14,114 @@
 namespace lockstep {
 
 void TreeCombiner::clear() {
-  for (auto& lv : stack_) spare_.push_back(std::move(lv));
+  for (float* lv : stack_)
+    if (lv != root_) spare_.push_back(lv);
   stack_.clear();
   count_ = 0;
+  pending_ = 0;
 }
 
-void TreeCombiner::push_node(const float* node, std::int64_t width) {
+void TreeCombiner::set_root_buffer(float* root) {
+  if (count_ != 0)
+    fail("TreeCombiner::set_root_buffer after " + std::to_string(count_) + " leaves",
+         "set the root buffer right after clear()");
+  root_ = root;
+}
+
+std::int64_t TreeCombiner::buffers() const {
+  const bool root_held = root_ != nullptr && !stack_.empty() && stack_[0] == root_;
+  return std::ssize(own_) + (root_held ? 1 : 0);
+}
+
+int TreeCombiner::merges_of(std::int64_t width) const {
+  check(pending_ == 0, "TreeCombiner: a new node while a streamed one is open",
+        "call close_node() after the last merge_part()");
   const int merges = merges_after_node(shape_, total_, count_, count_ + width);
   if (merges < 0)
     fail("TreeCombiner: leaves [" + std::to_string(count_) + ", " + std::to_string(count_ + width) +
              ") are not a node of the " + std::string(enum_name(shape_)) + " tree over " +
              std::to_string(total_) + " leaves",
          "push the nodes of the tree in order (launch/train splits microbatches at its nodes)");
-  const std::int64_t n = len_;
-  count_ += width;
-  if (merges == 0) {  // a new level: the node's own copy (level buffers are recycled, so a
-                      // training step allocates nothing here)
-    std::vector<float> v;
-    if (!spare_.empty()) {
-      v = std::move(spare_.back());
-      spare_.pop_back();
-    }
-    v.resize(static_cast<std::size_t>(n));
-    float* dst = v.data();
-#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
-    for (std::int64_t e = 0; e < n; ++e) dst[e] = node[e];
-    stack_.push_back(std::move(v));
-    return;
+  return merges;
+}
+
+// A buffer for a new stack level: the caller's root buffer at the bottom, else a recycled one
+// (so a training step allocates nothing here after its first).
+float* TreeCombiner::new_level() {
+  float* lv = nullptr;
+  if (stack_.empty() && root_) {
+    lv = root_;
+  } else if (!spare_.empty()) {
+    lv = spare_.back();
+    spare_.pop_back();
+  } else {
+    own_.emplace_back(static_cast<std::size_t>(len_));
+    lv = own_.back().data();
   }
-  // v = L_1 + v, then L_2 + (L_1 + v), ... (L_1 the newest level): each element's merges in
-  // one pass, written into the oldest level they fold, which stays on the stack.
+  stack_.push_back(lv);
+  return lv;
+}
+
+float* TreeCombiner::open_node(std::int64_t width) {
+  const int merges = merges_of(width);
+  count_ += width;
+  if (merges == 0) return new_level();
+  pending_ = merges;
+  pending_n_ = 0;
+  return nullptr;
+}
+
+// v = L_1 + v, then L_2 + (L_1 + v), ... (L_1 the newest level): each element's merges in
+// one pass, written into the oldest level they fold, which stays on the stack.
+void TreeCombiner::merge_part(std::int64_t offset, const float* part, std::int64_t n) {
+  if (pending_ == 0 || offset < 0 || n < 0 || offset + n > len_)
+    fail("TreeCombiner::merge_part: elements [" + std::to_string(offset) + ", " +
+             std::to_string(offset + n) + ") of " + std::to_string(len_) +
+             (pending_ > 0 ? "" : " with no streamed node open"),
+         "open_node() returned nullptr first; pieces lie inside [0, len)");
   const std::size_t top = stack_.size();
+  const int merges = pending_;
   std::array<const float*, 64> left{};  // merges <= the stack's depth <= log2(leaves) + 1
-  for (int k = 0; k < merges; ++k) left[k] = stack_[top - 1 - k].data();
-  float* dst = stack_[top - merges].data();
+  for (int k = 0; k < merges; ++k) left[k] = stack_[top - 1 - k] + offset;
+  float* dst = stack_[top - merges] + offset;
   const float* const* L = left.data();
 #pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
   for (std::int64_t e = 0; e < n; ++e) {
-    float v = node[e];
+    float v = part[e];
     for (int k = 0; k < merges; ++k) v = L[k][e] + v;
     dst[e] = v;
   }
-  for (int k = 1; k < merges; ++k) {
-    spare_.push_back(std::move(stack_.back()));
+  pending_n_ += n;
+}
+
+void TreeCombiner::close_node() {
+  if (pending_ == 0 || pending_n_ != len_)
+    fail("TreeCombiner::close_node: " + std::to_string(pending_n_) + " of " + std::to_string(len_) +
+             " elements merged",
+         "merge every element of the node once before closing it");
+  for (int k = 1; k < pending_; ++k) {
+    spare_.push_back(stack_.back());
     stack_.pop_back();
   }
+  pending_ = 0;
+}
+
+void TreeCombiner::push_node(const float* node, std::int64_t width) {
+  const std::int64_t n = len_;
+  if (float* dst = open_node(width)) {  // a new level: the node's own copy
+#pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
+    for (std::int64_t e = 0; e < n; ++e) dst[e] = node[e];
+    return;
+  }
+  merge_part(0, node, n);
+  close_node();
 }
 
 const float* TreeCombiner::root() const {
-  if (count_ != total_ || stack_.size() != 1)
+  if (count_ != total_ || stack_.size() != 1 || pending_ > 0)
     fail("TreeCombiner: result after " + std::to_string(count_) + " of " + std::to_string(total_) +
          " leaves");
-  return stack_.back().data();
+  return stack_.back();
 }
 
 void TreeCombiner::result(float* out) const {
@@ -73,7 +129,8 @@ void TreeCombiner::result(float* out) const {
     std::fill(out, out + len_, kAdditiveIdentity);
     return;
   }
-  std::copy_n(root(), len_, out);
+  const float* r = root();
+  if (r != out) std::copy_n(r, len_, out);
 }
 
 std::int64_t TreeCombiner::peak_levels(TreeShape shape, std::int64_t leaves,

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "runtime/aligned_vector.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/reduce_tree.hpp"
 
@@ -43,6 +44,11 @@ T tree_fold(TreeShape shape, std::span<const T> leaves, Add add) {
 // A pushed node is read where it is: it is copied only when it starts a new stack level (no
 // merge follows it); otherwise its merges run in one pass and land in the oldest level they
 // fold. So the combiner holds peak_levels(...) buffers of len floats, not one more.
+// A node may also be streamed (open_node / merge_part / close_node): written straight into
+// its new level, or merged piece by piece as its producer finishes pieces, so the producer
+// needs no buffer of len floats of its own. Level 0, which ends as the root, may be the
+// caller's buffer (set_root_buffer): then the result is already where the caller wants it.
+// Every path does the same adds per element, so the bits never depend on which is used.
 class TreeCombiner {
  public:
   // threads > 1 splits the elementwise copies and merges (every element's adds are the same).
@@ -53,16 +59,30 @@ class TreeCombiner {
   // Adds the subtree over leaves [leaves(), leaves() + width), already merged. Throws if that
   // range is not a node of the tree. `node` is not kept: the caller may reuse it on return.
   void push_node(const float* node, std::int64_t width);
+  // Streams the node over leaves [leaves(), leaves() + width) (throws if it is not a node).
+  // Returns the new stack level's buffer (len floats, 64-byte aligned) when the node opens
+  // one: the caller writes the whole node there before the next call. Otherwise returns
+  // nullptr: the caller then hands the node over as merge_part() pieces that cover [0, len)
+  // once each, in any order, and calls close_node().
+  float* open_node(std::int64_t width);
+  // Merges node elements [offset, offset + n) (the pending node's, from `part`).
+  void merge_part(std::int64_t offset, const float* part, std::int64_t n);
+  // Ends the pending node; throws unless its pieces added up to len elements.
+  void close_node();
+  // Level 0 lives in `root` (len floats, kept by the caller; nullptr: the combiner's own) from
+  // the next node on. Only while no leaf is pushed (after clear()).
+  void set_root_buffer(float* root);
   // Writes T over everything pushed (len values); -0.0 if nothing was pushed. Throws unless
-  // every leaf was pushed.
+  // every leaf was pushed. Copies nothing when `out` is the root buffer.
   void result(float* out) const;
   // T over everything pushed, held by the combiner until the next push or clear(). Throws
   // unless every leaf was pushed (and at least one was).
   const float* root() const;
   std::int64_t leaves() const { return count_; }
   std::int64_t total() const { return total_; }
-  // Buffers of len floats the combiner holds now (stack levels and recycled ones).
-  std::int64_t buffers() const { return std::ssize(stack_) + std::ssize(spare_); }
+  // Buffers of len floats the combiner holds now (stack levels and recycled ones), the
+  // caller's root buffer included while it holds level 0.
+  std::int64_t buffers() const;
   // The most stack levels (len-float buffers) a combiner over `leaves` leaves holds when fed
   // nodes of these widths, in order (their sum is `leaves`).
   static std::int64_t peak_levels(TreeShape shape, std::int64_t leaves,
@@ -72,13 +92,20 @@ class TreeCombiner {
   void clear(std::int64_t total) { clear(), total_ = total; }
 
  private:
+  int merges_of(std::int64_t width) const;  // throws unless the next `width` leaves are a node
+  float* new_level();
+
   std::int64_t len_;
   TreeShape shape_;
   std::int64_t total_;
   int threads_;
   std::int64_t count_ = 0;
-  std::vector<std::vector<float>> stack_;
-  std::vector<std::vector<float>> spare_;  // recycled level buffers
+  int pending_ = 0;                        // merges of the node being streamed (0: none)
+  std::int64_t pending_n_ = 0;             // its elements merged so far
+  float* root_ = nullptr;                  // the caller's level-0 buffer
+  std::vector<float*> stack_;              // level buffers, oldest first
+  std::vector<float*> spare_;              // own buffers off the stack, for reuse
+  std::vector<AlignedVector<float>> own_;  // every buffer the combiner allocated
 };
 
 // Canonical sum of x[0], x[stride], ... (n terms) under `rule`. The literal contract.

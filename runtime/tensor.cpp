@@ -131,6 +131,12 @@ Tensor Tensor::view(void* data, DType dtype, const Shape& shape, Shape strides, 
   return t;
 }
 
+void Tensor::rebind(void* data) {
+  check(storage_ == nullptr, describe() + ": rebind of an owning tensor",
+        "only views (Tensor::view) can be pointed at other memory");
+  data_ = data;
+}
+
 std::int64_t Tensor::dim(int i) const {
   check(i >= 0 && i < rank(), describe() + ": no dimension " + std::to_string(i));
   return shape_[i];

@@ -102,6 +102,9 @@ class Tensor {
   void set_shard(ShardDesc desc);
 
   void* raw() const { return data_; }
+  // Points a non-owning view at other memory holding the same shape (the training loop moves
+  // the model's gradient views between buffers); throws on an owning tensor.
+  void rebind(void* data);
   // Typed access; throws if T does not match dtype() (names the tensor).
   template <class T>
   T* data() const {

@@ -66,7 +66,8 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
           for (const auto& t : terms) total += t.numel();
         return total;
       }(),
-               mode, tree, leaves, std::max(1, threads)) {
+               mode, tree, leaves, std::max(1, threads)),
+      leaves_(leaves) {
   for (const auto& terms : model.grads()) {
     term_offset_.emplace_back();
     for (const auto& t : terms) {
@@ -102,6 +103,41 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
     all_params_.resize(static_cast<std::size_t>(part_.param_block() * grid.dp_size()));
   }
   if (!zero) place_grads_in_buffer();
+  can_stream_ = in_place_ && grid.pp_size() == 1;
+  if (!can_stream_) return;
+  // Each group's terms from offset 0 of the scratch, each on a 64-byte line (as in reduced_).
+  groups_ = model.grad_groups();
+  scratch_offset_.resize(term_offset_.size());
+  for (std::size_t p = 0; p < term_offset_.size(); ++p)
+    scratch_offset_[p].resize(term_offset_[p].size());
+  for (const auto& group : groups_) {
+    std::int64_t at = 0;
+    for (const GradTermId& id : group) {
+      scratch_offset_[id.param][id.term] = at;
+      at += (model.grads()[id.param][id.term].numel() + 15) / 16 * 16;
+    }
+    scratch_len_ = std::max(scratch_len_, at);
+  }
+  model.set_grads_ready([this](int group) { group_ready(group); });
+}
+
+GradSync::~GradSync() {
+  if (can_stream_) model_.set_grads_ready(nullptr);
+}
+
+void GradSync::point_terms(float* base, const std::vector<std::vector<std::int64_t>>& offset) {
+  GradTerms& g = model_.grads();
+  for (std::size_t p = 0; p < g.size(); ++p)
+    for (std::size_t t = 0; t < g[p].size(); ++t) g[p][t].rebind(base + offset[p][t]);
+}
+
+void GradSync::group_ready(int group) {
+  if (!merging_) return;
+  const GradTerms& g = model_.grads();
+  for (const GradTermId& id : groups_[static_cast<std::size_t>(group)])
+    reducer_.merge_part(term_offset_[id.param][id.term],
+                        scratch_.data() + scratch_offset_[id.param][id.term],
+                        g[id.param][id.term].numel());
 }
 
 // Without ZeRO the flat buffer holds every term at term_offset_: the model's terms become views
@@ -127,12 +163,31 @@ void GradSync::place_grads_in_buffer() {
   in_place_ = true;
 }
 
-void GradSync::begin_microbatch() {
+void GradSync::begin_microbatch(std::int64_t width) {
   reducer_.flush_deferred();
   for (const Span& a : absent_terms_) std::fill_n(reduced_.data() + a.offset, a.n, 0.0f);
+  if (reducer_.microbatches() == 0) {  // the step's first microbatch decides
+    streaming_ = can_stream_ && width < leaves_ && !reducer_.keeps_leaves();
+    reducer_.set_root_buffer(streaming_ ? reduced_.data() : nullptr);
+    if (can_stream_) point_terms(reduced_.data(), term_offset_);
+  }
+  if (!streaming_) return;
+  float* level = reducer_.open_microbatch(width);
+  merging_ = level == nullptr;
+  if (!merging_) {
+    point_terms(level, term_offset_);
+    return;
+  }
+  if (std::ssize(scratch_) != scratch_len_) scratch_.resize(static_cast<std::size_t>(scratch_len_));
+  point_terms(scratch_.data(), scratch_offset_);
 }
 
 void GradSync::push_microbatch(std::int64_t width) {
+  if (streaming_) {  // written in place, or merged group by group already
+    if (merging_) reducer_.close_microbatch();
+    merging_ = false;
+    return;
+  }
   const GradTerms& g = model_.grads();
   // The previous microbatch (if any) leaves the buffer for the counter before it is reused.
   reducer_.flush_deferred();
@@ -170,6 +225,7 @@ void GradSync::push_microbatch(std::int64_t width) {
 }
 
 void GradSync::reduce() {
+  if (streaming_) point_terms(reduced_.data(), term_offset_);  // the step's gradient is there
   if (zero_)
     reducer_.reduce_scatter(grid_.dp_comm(), reduced_);
   else

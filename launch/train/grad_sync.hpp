@@ -17,6 +17,13 @@
 // are multiples of 16), so a microbatch's backward writes its gradients where the reducer reads
 // them: no second copy of the gradient. The caller calls begin_microbatch() before each
 // backward, which moves the previous microbatch out of that buffer first.
+// Streaming (no ZeRO, one pipeline stage, more than one microbatch a step, op trace and
+// debug.perturb of dp.reduce off): that buffer is the combiner's level 0, where the step's
+// merged gradient ends; a microbatch that opens a stack level is written by the backward
+// straight into that level, and one that merges is written into a scratch of one parameter
+// group (a layer's terms, or the head's or the embedding's) and merged into the stack as each
+// group finishes (Gpt::set_grads_ready). So a step of m microbatches holds
+// TreeCombiner::peak_levels buffers of the gradient plus one group, not one buffer more.
 // Speed: one microbatch per step is packed straight into the reduction's output buffer and
 // reduced there (GradReducer::push_microbatch_deferred); a parameter with one gradient term
 // has its update slice's grad pointing into that buffer (no combine copy); only tied
@@ -58,17 +65,23 @@ class GradSync {
   // tree, leaves: the tree the step's microbatches are nodes of (MicrobatchPlan).
   GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, int threads, TreeShape tree,
            std::int64_t leaves);
+  ~GradSync();
+  GradSync(const GradSync&) = delete;  // the model's grads-ready hook points here
+  GradSync& operator=(const GradSync&) = delete;
 
   void begin_step() { reducer_.reset(); }
-  // Before each microbatch's backward: the previous microbatch's gradients leave the buffer the
-  // model writes into (and, on a pipeline stage, the terms this stage does not compute are
-  // zeros again, as in a model that owns its gradients).
-  void begin_microbatch();
-  // Adds the model's current gradients (one microbatch, covering `width` leaves of the tree) to
-  // the step's counter.
+  // Before each microbatch's backward (the node of `width` leaves): the previous microbatch's
+  // gradients leave the buffer the model writes into (and, on a pipeline stage, the terms this
+  // stage does not compute are zeros again, as in a model that owns its gradients); streaming,
+  // the model's terms are pointed where this microbatch goes.
+  void begin_microbatch(std::int64_t width);
+  // Adds the model's current gradients (one microbatch, covering `width` leaves of the tree, as
+  // given to begin_microbatch) to the step's counter.
   void push_microbatch(std::int64_t width);
   // The model's gradient terms live in the reduction's buffer (see the header comment).
   bool grads_in_place() const { return in_place_; }
+  // Floats of the streaming scratch (the largest parameter group; 0 until a step merges).
+  std::int64_t scratch_floats() const { return std::ssize(scratch_); }
   // Canonical DP reduction and term combination: fills the slices' grad.
   void reduce();
   // Exact global gradient norm over all slices (collective over DP and TP).
@@ -89,6 +102,9 @@ class GradSync {
  private:
   void exchange_stage_terms(std::size_t p, const std::vector<float*>& terms);
   void place_grads_in_buffer();
+  // Points every model gradient term at base + offset[param][term].
+  void point_terms(float* base, const std::vector<std::vector<std::int64_t>>& offset);
+  void group_ready(int group);  // streaming: merges the group's finished terms
   StatePiece absent_piece(const std::string& name, const ParamSpec& spec) const;
 
   Gpt& model_;
@@ -103,6 +119,14 @@ class GradSync {
   AlignedVector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]; without ZeRO also the
                                   // microbatch buffer (the model's terms, reduced in place)
   bool in_place_ = false;         // the model's gradient terms are views into reduced_
+  std::int64_t leaves_;
+  bool can_stream_ = false;  // in place, no ZeRO, one stage
+  bool streaming_ = false;   // this step
+  bool merging_ = false;     // this microbatch's terms are in scratch_, merged group by group
+  std::vector<std::vector<GradTermId>> groups_;
+  std::vector<std::vector<std::int64_t>> scratch_offset_;  // [param][term] in scratch_
+  std::int64_t scratch_len_ = 0;
+  AlignedVector<float> scratch_;
   struct Span {
     std::int64_t offset, n;
   };

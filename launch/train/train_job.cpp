@@ -176,7 +176,7 @@ float TrainJob::forward_backward(std::int64_t step) {
     sampler_->fill_sequences(*dataset_, dp, dp_rank, mbt.first, mbt.count, tokens_.data(),
                              labels_.data());
     for (std::int64_t j = 0; j < mbt.count; ++j) seq_ids_[j] = dp_rank * per_rank_ + mbt.first + j;
-    sync_->begin_microbatch();
+    sync_->begin_microbatch(mbt.width);
     const float loss_sum = model_->forward_backward(tokens_.data(), labels_.data(), seq_ids_.data(),
                                                     mbt.count, step, loss_scale);
     sync_->push_microbatch(mbt.width);
@@ -221,7 +221,7 @@ float TrainJob::pipeline_forward_backward(std::int64_t step) {
       link_->send_forward(i, send_h_[i].data(), std::ssize(send_h_[i]));
     } else {
       if (!st.last()) link_->wait_recv_backward(i);
-      sync_->begin_microbatch();
+      sync_->begin_microbatch(mbt.width);
       model_->backward_stage(slot, tok, lab, loss_scale, recv_dh_[i].data());
       sync_->push_microbatch(mbt.width);
       if (st.first()) continue;

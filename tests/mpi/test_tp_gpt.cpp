@@ -12,11 +12,14 @@
 #include <catch2/catch.hpp>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launch/train/grad_sync.hpp"
 #include "model/gpt.hpp"
+#include "model/memory_footprint.hpp"
 #include "parallel/dp_grad.hpp"
 #include "runtime/grid.hpp"
 #include "tests/support/test_batch.hpp"
@@ -132,11 +135,27 @@ TEST_CASE("GPT deterministic and fast modes run at every TP and repeat bitwise (
   }
 }
 
+namespace {
+// An observer that only keeps the reducer from streaming (recording() is true) and drops
+// every record: GradSync then takes its copying path.
+struct Recording final : OpObserver {
+  bool recording() const override { return true; }
+  void record(std::string_view, std::span<const std::span<const float>>,
+              std::span<const float>) override {}
+  bool perturb(std::string_view) const override { return false; }
+};
+}  // namespace
+
 TEST_CASE("GradSync: gradients written in place reduce to the bits of copied ones") {
+  // 6 microbatches of one sequence: the halving tree's nodes open two stack levels and merge
+  // one and two levels deep. Streamed (the default: written into the combiner's levels, or
+  // merged group by group from a scratch), and copied (while the leaves are recorded), for
+  // two steps each (the second reuses every buffer): all equal the owned gradients pushed
+  // through a plain GradReducer.
   const Communicator world = Communicator::world();
   const Grid grid = Grid::create(world, 1);  // every rank a DP replica
   const ModelConfig cfg = tiny_model_config(0.1f, true);
-  const std::int64_t m = 3;  // microbatches of one sequence
+  const std::int64_t m = 6;
   const Batch batch = make_batch(cfg, m, kBatch);
   const KernelCtx ctx = KernelCtx::best(1, 16);
   Gpt in_place(cfg, grid, Determinism::invariant, ctx),
@@ -153,32 +172,45 @@ TEST_CASE("GradSync: gradients written in place reduce to the bits of copied one
     offset.push_back(len);
     for (const Tensor& t : terms) len += t.numel();
   }
-  GradReducer ref(len, Determinism::invariant, TreeShape::halving, m);
-  std::vector<float> flat(static_cast<std::size_t>(len));
-  sync.begin_step();
-  for (std::int64_t i = 0; i < m; ++i) {
-    const std::int32_t* tok = batch.tokens.data() + i * cfg.context;
-    const std::int32_t* lab = batch.labels.data() + i * cfg.context;
-    sync.begin_microbatch();
-    in_place.forward_backward(tok, lab, batch.seq_ids.data() + i, 1, 3, 0.01f);
-    sync.push_microbatch(1);
-    owned.forward_backward(tok, lab, batch.seq_ids.data() + i, 1, 3, 0.01f);
-    float* at = flat.data();
-    for (const auto& terms : owned.grads())
-      for (const Tensor& t : terms) at = std::copy_n(t.data<float>(), t.numel(), at);
-    ref.push_microbatch(flat.data(), 1);
-  }
-  sync.reduce();
-  ref.allreduce(grid.dp_comm(), flat);
-  int bad = 0;
-  for (std::size_t p = 0; p < offset.size(); ++p) {
-    const UpdateSlice& sl = sync.slices()[p];
-    std::vector<const float*> terms;
-    for (std::size_t k = 0; k < owned.grads()[p].size(); ++k)
-      terms.push_back(flat.data() + offset[p] + static_cast<std::int64_t>(k) * sl.n);
-    std::vector<float> want(static_cast<std::size_t>(sl.n));
-    combine_grad_terms(terms, sl.n, want.data());
-    if (!same_bits(want.data(), sl.grad, want.size())) ++bad;
-  }
-  CHECK(bad == 0);
+  Recording rec;
+  for (const bool streamed : {true, false})
+    for (int step = 0; step < 2; ++step) {
+      sync.reducer().set_observer(streamed ? nullptr : &rec);
+      GradReducer ref(len, Determinism::invariant, TreeShape::halving, m);
+      std::vector<float> flat(static_cast<std::size_t>(len));
+      sync.begin_step();
+      for (std::int64_t i = 0; i < m; ++i) {
+        const std::int32_t* tok = batch.tokens.data() + i * cfg.context;
+        const std::int32_t* lab = batch.labels.data() + i * cfg.context;
+        sync.begin_microbatch(1);
+        in_place.forward_backward(tok, lab, batch.seq_ids.data() + i, 1, 3 + step, 0.01f);
+        sync.push_microbatch(1);
+        owned.forward_backward(tok, lab, batch.seq_ids.data() + i, 1, 3 + step, 0.01f);
+        float* at = flat.data();
+        for (const auto& terms : owned.grads())
+          for (const Tensor& t : terms) at = std::copy_n(t.data<float>(), t.numel(), at);
+        ref.push_microbatch(flat.data(), 1);
+      }
+      sync.reduce();
+      ref.allreduce(grid.dp_comm(), flat);
+      INFO("streamed=" << streamed << " step=" << step);
+      // Streaming used one parameter group's scratch, as the memory estimate counts it.
+      const StageFootprint f = stage_footprint(cfg, 1, in_place.stage(), 1, 1);
+      CHECK(sync.scratch_floats() == f.grad_group_floats);
+      int bad = 0, moved = 0;
+      for (std::size_t p = 0; p < offset.size(); ++p) {
+        const UpdateSlice& sl = sync.slices()[p];
+        std::vector<const float*> terms;
+        for (std::size_t k = 0; k < owned.grads()[p].size(); ++k)
+          terms.push_back(flat.data() + offset[p] + static_cast<std::int64_t>(k) * sl.n);
+        std::vector<float> want(static_cast<std::size_t>(sl.n));
+        combine_grad_terms(terms, sl.n, want.data());
+        if (!same_bits(want.data(), sl.grad, want.size())) ++bad;
+        // after reduce() the model's terms are views of the reduced gradient again
+        if (owned.grads()[p].size() == 1 && in_place.grads()[p][0].data<float>() != sl.grad)
+          ++moved;
+      }
+      CHECK(bad == 0);
+      CHECK(moved == 0);
+    }
 }

@@ -7,6 +7,8 @@
 #include "launch/train/config.hpp"
 #include "launch/train/memory_estimate.hpp"
 #include "launch/train/validate.hpp"
+#include "model/memory_footprint.hpp"
+#include "model/pipeline_stage.hpp"
 #include "runtime/error.hpp"
 #include "runtime/text.hpp"
 
@@ -385,6 +387,8 @@ TEST_CASE("memory estimate: PP divides the state, schedules set the slots, ZeRO 
 }
 
 TEST_CASE("memory estimate: the combiner's partial sums are its deepest stack, not ceil(log2 m)") {
+  // Streamed microbatches (launch/train/grad_sync.hpp): the model's one gradient buffer is the
+  // stack's first level, plus one parameter group's scratch when microbatches merge.
   Config c = tiny();
   apply_override(c, "run.threads=1");
   apply_override(c, "parallel.microbatch=1");
@@ -392,15 +396,21 @@ TEST_CASE("memory estimate: the combiner's partial sums are its deepest stack, n
     apply_override(c, "data.global_batch=" + std::to_string(global_batch));
     return memory_estimate(c, ranks).at(0).gradients;
   };
-  const std::int64_t none = grads(1, 1), level = grads(2, 1) - none;  // one pass: no copy
-  REQUIRE(level > 0);
-  CHECK(grads(4, 1) - none == 2 * level);
-  CHECK(grads(8, 1) - none == 3 * level);
-  CHECK(grads(12, 1) - none == 3 * level);  // halving over 12 passes: 3 levels, not 4
-  CHECK(grads(12, 2) - grads(2, 2) == 2 * level);  // 6 passes per rank: 2 levels
-  CHECK(grads(16, 1) - none == 4 * level);
+  const std::int64_t level = grads(1, 1), group = grads(2, 1) - level;  // one pass: no copy
+  const StageFootprint f = stage_footprint(c.model, 1, PipelineStage::of(c.model, 1, 0), 1, 1);
+  REQUIRE(level == 4 * f.grad_floats);
+  CHECK(group == 4 * f.grad_group_floats);
+  CHECK(group > 0);
+  CHECK(group < level / 2);  // tiny: the LM head's group, embed.weight's "head" term
+  CHECK(grads(4, 1) == 2 * level + group);
+  CHECK(grads(8, 1) == 3 * level + group);
+  CHECK(grads(12, 1) == 3 * level + group);  // halving over 12 passes: 3 levels, not 4
+  CHECK(grads(12, 2) == 2 * level + group);  // 6 passes per rank: 2 levels
+  CHECK(grads(16, 1) == 4 * level + group);
   apply_override(c, "numerics.tree=pow2");  // the binary counter: 8 + 4, its deepest stack 3
-  CHECK(grads(12, 1) - none == 3 * level);
+  CHECK(grads(12, 1) == 3 * level + group);
+  apply_override(c, "parallel.zero=true");  // ZeRO copies: the terms, a flat copy, the levels
+  CHECK(grads(4, 2) == level + (level + level / 2) + level);
 }
 
 TEST_CASE("parallel.pp_layers: TOML array or comma list, checked against pp and layers") {

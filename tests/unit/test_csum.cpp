@@ -220,6 +220,69 @@ TEST_CASE("TreeCombiner over a microbatch plan equals the literal tree, for any 
   REQUIRE_THROWS_AS(plan_microbatches(TreeShape::pow2, 6, 4), Error);
 }
 
+TEST_CASE("TreeCombiner: streamed nodes into the caller's root buffer equal pushed nodes") {
+  // The training loop's path (launch/train/grad_sync.cpp): a node that opens a level is written
+  // into the buffer open_node returns, one that merges arrives in pieces in any order; level 0
+  // is the caller's buffer, which ends holding the root. Same bits as push_node, one buffer
+  // (the caller's) counted in peak_levels.
+  const std::int64_t len = 70000;  // above the threaded-merge threshold
+  for (TreeShape shape : kShapes)
+    for (std::int64_t seqs : {2, 3, 6, 12})
+      for (std::int64_t mb : {std::int64_t{1}, std::int64_t{2}, seqs}) {
+        if (shape == TreeShape::pow2 && seqs % mb != 0) continue;
+        const MicrobatchPlan plan = plan_microbatches(shape, seqs, mb);
+        const auto n = static_cast<std::size_t>(len);
+        for (int threads : {1, 2}) {
+          TreeCombiner pushed(len, shape, plan.leaves, threads);
+          TreeCombiner streamed(len, shape, plan.leaves, threads);
+          AlignedVector<float> root(n);
+          for (int step = 0; step < 2; ++step) {  // the second step reuses every buffer
+            pushed.clear();
+            streamed.clear();
+            streamed.set_root_buffer(root.data());
+            std::vector<std::int64_t> widths;
+            for (std::size_t i = 0; i < plan.passes.size(); ++i) {
+              const std::int64_t w = plan.passes[i].width;
+              widths.push_back(w);
+              const auto node = mixed_floats(n, 7 + step * 101 + static_cast<int>(i) * 13 + seqs);
+              pushed.push_node(node.data(), w);
+              if (float* level = streamed.open_node(w)) {
+                if (i == 0) REQUIRE(level == root.data());
+                std::copy(node.begin(), node.end(), level);
+                continue;
+              }
+              // pieces: the back half first, then the front in two
+              const std::int64_t h = len / 2, q = len / 5;
+              streamed.merge_part(h, node.data() + h, len - h);
+              REQUIRE_THROWS_AS(streamed.close_node(), Error);  // half merged
+              streamed.merge_part(0, node.data(), q);
+              streamed.merge_part(q, node.data() + q, h - q);
+              streamed.close_node();
+            }
+            REQUIRE(streamed.root() == root.data());
+            REQUIRE(same_bits(root.data(), pushed.root(), len));
+            std::vector<float> out(n);
+            streamed.result(out.data());
+            REQUIRE(same_bits(out.data(), root.data(), len));
+            streamed.result(root.data());  // onto itself: nothing to copy
+            REQUIRE(same_bits(root.data(), pushed.root(), len));
+            INFO("tree=" << enum_name(shape) << " seqs=" << seqs << " mb=" << mb);
+            REQUIRE(streamed.buffers() == TreeCombiner::peak_levels(shape, plan.leaves, widths));
+          }
+        }
+      }
+  TreeCombiner c(4, TreeShape::halving, 3);
+  const float v[4] = {1, 2, 3, 4};
+  REQUIRE_THROWS_AS(c.merge_part(0, v, 4), Error);  // no streamed node open
+  REQUIRE(c.open_node(1) != nullptr);
+  REQUIRE_THROWS_AS(c.set_root_buffer(nullptr), Error);  // leaves pushed already
+  REQUIRE(c.open_node(1) == nullptr);                    // [1, 2) merges into [0, 2)
+  REQUIRE_THROWS_AS(c.open_node(1), Error);              // the open node is not closed
+  REQUIRE_THROWS_AS(c.merge_part(2, v, 4), Error);       // past the end
+  c.merge_part(0, v, 4);
+  c.close_node();
+}
+
 TEST_CASE("csum_rows equals per-column csum, for any thread count, ISA and tree") {
   for (TreeShape shape : kShapes)
     for (int B : {1, 7, 64})
