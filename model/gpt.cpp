@@ -225,8 +225,14 @@ void Gpt::backward_stage(std::int64_t slot, const std::int32_t* tokens, const st
   swap_slot(slot);
   impl_->rec = impl_->obs && impl_->obs->recording();
   const Pass ps(*impl_, cfg_, tp_, params_, grads_, seed_);
+  int group = 0;  // grad_groups()' order
+  auto ready = [&] {
+    if (grads_ready_) grads_ready_(group);
+    ++group;
+  };
   if (stage_.last()) {
     lm_head_backward(ps, labels, loss_scale);
+    ready();
   } else {
     State& m = *impl_;
     ensure(m.dh, ps.T * ps.d);
@@ -237,8 +243,12 @@ void Gpt::backward_stage(std::int64_t slot, const std::int32_t* tokens, const st
   for (std::int64_t l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
     mlp_backward(ps, l);
     attention_backward(ps, l);
+    ready();
   }
-  if (stage_.first()) embedding_backward(ps, tokens);
+  if (stage_.first()) {
+    embedding_backward(ps, tokens);
+    ready();
+  }
   swap_slot(slot);
 }
 
@@ -248,28 +258,44 @@ std::span<const float> Gpt::stage_input_grad() const {
 
 std::vector<std::vector<GradTermId>> Gpt::grad_groups() const {
   const Impl& m = *impl_;
-  std::vector<std::vector<GradTermId>> g;
-  auto present = [](std::initializer_list<GradTermId> ids) {
+  // The terms this stage computes, of the listed ones.
+  auto computed = [&](std::initializer_list<GradTermId> ids) {
     std::vector<GradTermId> v;
     for (const GradTermId& id : ids)
-      if (id.param >= 0) v.push_back(id);
+      if (id.param >= 0 && stage_.holds_term(table_[static_cast<std::size_t>(id.param)],
+                                             static_cast<std::size_t>(id.term)))
+        v.push_back(id);
     return v;
   };
-  g.push_back(present({{m.embed, 0}, {m.lnfw, 0}, {m.lnfb, 0}}));
-  for (std::int64_t l = cfg_.layers - 1; l >= 0; --l) {
+  std::vector<std::vector<GradTermId>> g;
+  if (stage_.last()) g.push_back(computed({{m.embed, 0}, {m.lnfw, 0}, {m.lnfb, 0}}));
+  for (std::int64_t l = stage_.end_layer - 1; l >= stage_.first_layer; --l) {
     const LayerIdx& I = m.li[static_cast<std::size_t>(l)];
-    g.emplace_back();
-    for (int p : {I.ln1w, I.ln1b, I.q, I.qb, I.k, I.kb, I.v, I.vb, I.proj, I.projb, I.ln2w, I.ln2b,
-                  I.fc1, I.fc1b, I.fc2, I.fc2b})
-      if (p >= 0) g.back().push_back({p, 0});
+    g.push_back(computed({{I.ln1w, 0},
+                          {I.ln1b, 0},
+                          {I.q, 0},
+                          {I.qb, 0},
+                          {I.k, 0},
+                          {I.kb, 0},
+                          {I.v, 0},
+                          {I.vb, 0},
+                          {I.proj, 0},
+                          {I.projb, 0},
+                          {I.ln2w, 0},
+                          {I.ln2b, 0},
+                          {I.fc1, 0},
+                          {I.fc1b, 0},
+                          {I.fc2, 0},
+                          {I.fc2b, 0}}));
   }
-  g.push_back(present({{m.pos, 0}, {m.embed, 1}}));
-  std::size_t n = 0;
+  if (stage_.first()) g.push_back(computed({{m.pos, 0}, {m.embed, 1}}));
+  std::size_t n = 0, terms = 0;
   for (const auto& grp : g) n += grp.size();
-  std::size_t terms = 0;
-  for (const auto& t : grads_) terms += t.size();
-  check(n == terms, "Gpt::grad_groups: " + std::to_string(n) + " of " + std::to_string(terms) +
-                        " gradient terms grouped");
+  for (std::size_t p = 0; p < table_.size(); ++p)
+    for (std::size_t t = 0; t < table_[p].terms.size(); ++t)
+      if (stage_.holds_term(table_[p], t)) ++terms;
+  check(n == terms, "Gpt::grad_groups: " + std::to_string(n) + " of the stage's " +
+                        std::to_string(terms) + " gradient terms grouped");
   return g;
 }
 

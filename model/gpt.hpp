@@ -188,13 +188,14 @@ class Gpt {
   // first stage): what the previous stage's backward starts from.
   std::span<const float> stage_input_grad() const;
 
-  // The groups of gradient terms forward_backward finishes one after another, in this order:
-  // the LM head's (embed.weight's "head" term, final_ln), each layer's (the last layer
-  // first), the embedding's (pos_embed, embed.weight's "lookup"). Every term is in one group.
+  // The groups of gradient terms a backward (forward_backward, backward_stage) finishes one
+  // after another, in this order: the LM head's (embed.weight's "head" term, final_ln), each
+  // layer's (the last layer first), the embedding's (pos_embed, embed.weight's "lookup"); on a
+  // pipeline stage those it computes. Every term the stage computes is in one group.
   std::vector<std::vector<GradTermId>> grad_groups() const;
-  // Called by forward_backward with g right after group g's terms are final for this
-  // microbatch; the pass writes none of them again (the training loop merges a group's terms
-  // away while the backward goes on, launch/train/grad_sync.hpp). Not by backward_stage.
+  // Called by the backward with g right after group g's terms are final for this microbatch;
+  // the pass writes none of them again (the training loop merges a group's terms away while
+  // the backward goes on, launch/train/grad_sync.hpp).
   void set_grads_ready(std::function<void(int group)> hook) { grads_ready_ = std::move(hook); }
 
   // The op trace / debug.perturb hook (see the header comment); nullptr: none. Not owned;

@@ -36,6 +36,7 @@ StageFootprint stage_footprint(const ModelConfig& cfg, int tp, const PipelineSta
     f.grad_floats += n * static_cast<std::int64_t>(s.terms.size());
     f.terms_whole_lines = f.terms_whole_lines && n % 16 == 0;
     for (std::size_t t = 0; t < s.terms.size(); ++t) {
+      if (!stage.holds_term(s, t)) continue;  // another stage's term: in no group here
       const bool lookup = s.name == "pos_embed.weight" || (s.name == "embed.weight" && t == 1);
       const std::string key = s.name.starts_with("layers.") ? s.name.substr(0, s.name.find('.', 7))
                               : lookup                      ? "embedding"

@@ -87,7 +87,7 @@ void TreeCombiner::merge_part(std::int64_t offset, const float* part, std::int64
   const float* const* L = left.data();
 #pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
   for (std::int64_t e = 0; e < n; ++e) {
-    float v = part[e];
+    float v = part ? part[e] : 0.0f;
     for (int k = 0; k < merges; ++k) v = L[k][e] + v;
     dst[e] = v;
   }

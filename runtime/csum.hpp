@@ -65,7 +65,8 @@ class TreeCombiner {
   // nullptr: the caller then hands the node over as merge_part() pieces that cover [0, len)
   // once each, in any order, and calls close_node().
   float* open_node(std::int64_t width);
-  // Merges node elements [offset, offset + n) (the pending node's, from `part`).
+  // Merges node elements [offset, offset + n) (the pending node's, from `part`; nullptr: the
+  // elements are +0.0, as a pipeline stage's terms of other stages).
   void merge_part(std::int64_t offset, const float* part, std::int64_t n);
   // Ends the pending node; throws unless its pieces added up to len elements.
   void close_node();

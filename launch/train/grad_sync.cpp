@@ -103,7 +103,7 @@ GradSync::GradSync(Gpt& model, const Grid& grid, Determinism mode, bool zero, in
     all_params_.resize(static_cast<std::size_t>(part_.param_block() * grid.dp_size()));
   }
   if (!zero) place_grads_in_buffer();
-  can_stream_ = in_place_ && grid.pp_size() == 1;
+  can_stream_ = in_place_;
   if (!can_stream_) return;
   // Each group's terms from offset 0 of the scratch, each on a 64-byte line (as in reduced_).
   groups_ = model.grad_groups();
@@ -165,17 +165,20 @@ void GradSync::place_grads_in_buffer() {
 
 void GradSync::begin_microbatch(std::int64_t width) {
   reducer_.flush_deferred();
-  for (const Span& a : absent_terms_) std::fill_n(reduced_.data() + a.offset, a.n, 0.0f);
   if (reducer_.microbatches() == 0) {  // the step's first microbatch decides
     streaming_ = can_stream_ && width < leaves_ && !reducer_.keeps_leaves();
     reducer_.set_root_buffer(streaming_ ? reduced_.data() : nullptr);
     if (can_stream_) point_terms(reduced_.data(), term_offset_);
   }
-  if (!streaming_) return;
+  if (!streaming_) {
+    for (const Span& a : absent_terms_) std::fill_n(reduced_.data() + a.offset, a.n, 0.0f);
+    return;
+  }
   float* level = reducer_.open_microbatch(width);
   merging_ = level == nullptr;
   if (!merging_) {
     point_terms(level, term_offset_);
+    for (const Span& a : absent_terms_) std::fill_n(level + a.offset, a.n, 0.0f);
     return;
   }
   if (std::ssize(scratch_) != scratch_len_) scratch_.resize(static_cast<std::size_t>(scratch_len_));
@@ -184,7 +187,10 @@ void GradSync::begin_microbatch(std::int64_t width) {
 
 void GradSync::push_microbatch(std::int64_t width) {
   if (streaming_) {  // written in place, or merged group by group already
-    if (merging_) reducer_.close_microbatch();
+    if (merging_) {
+      for (const Span& a : absent_terms_) reducer_.merge_part(a.offset, nullptr, a.n);  // zeros
+      reducer_.close_microbatch();
+    }
     merging_ = false;
     return;
   }

@@ -17,12 +17,13 @@
 // are multiples of 16), so a microbatch's backward writes its gradients where the reducer reads
 // them: no second copy of the gradient. The caller calls begin_microbatch() before each
 // backward, which moves the previous microbatch out of that buffer first.
-// Streaming (no ZeRO, one pipeline stage, more than one microbatch a step, op trace and
-// debug.perturb of dp.reduce off): that buffer is the combiner's level 0, where the step's
+// Streaming (no ZeRO, more than one microbatch a step, op trace and debug.perturb of
+// dp.reduce off): that buffer is the combiner's level 0, where the step's
 // merged gradient ends; a microbatch that opens a stack level is written by the backward
 // straight into that level, and one that merges is written into a scratch of one parameter
 // group (a layer's terms, or the head's or the embedding's) and merged into the stack as each
-// group finishes (Gpt::set_grads_ready). So a step of m microbatches holds
+// group finishes (Gpt::set_grads_ready); a pipeline stage's terms of other stages are zeros
+// in every level, as in the copying path. So a step of m microbatches holds
 // TreeCombiner::peak_levels buffers of the gradient plus one group, not one buffer more.
 // Speed: one microbatch per step is packed straight into the reduction's output buffer and
 // reduced there (GradReducer::push_microbatch_deferred); a parameter with one gradient term

@@ -37,8 +37,8 @@ std::int64_t combiner_levels(const Config& c, std::int64_t dp) {
 // Stage s's ranks (launch/train/grad_sync.cpp, parallel/dp_grad.hpp). Gradients: the model's
 // term buffers (without ZeRO they are the reducer's flat buffer itself; with ZeRO that buffer
 // holds the whole microbatch again, plus this rank's reduced segment) and the combiner's partial
-// sums; streamed (one stage, no ZeRO) the flat buffer is the combiner's first level, plus one
-// parameter group's scratch. AdamW: m and v of the owned elements, a multi-term parameter's
+// sums; streamed (no ZeRO) the flat buffer is the combiner's first level, plus one parameter
+// group's scratch. AdamW: m and v of the owned elements, a multi-term parameter's
 // combined gradient, and ZeRO's allgather buffers.
 StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m) {
   const int tp = static_cast<int>(c.parallel.tp), pp = static_cast<int>(c.parallel.pp);
@@ -52,9 +52,9 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   StageMemory r;
   r.stage = s;
   r.weights = kF * W;
-  // Streamed microbatches (one stage, no ZeRO, terms in place): reduced_ is the combiner's
-  // level 0, and a merging microbatch needs one parameter group's scratch.
-  const bool streams = pp == 1 && !c.parallel.zero && f.terms_whole_lines && levels > 0;
+  // Streamed microbatches (no ZeRO, terms in place): reduced_ is the combiner's level 0, and
+  // a merging microbatch needs one parameter group's scratch.
+  const bool streams = !c.parallel.zero && f.terms_whole_lines && levels > 0;
   const std::int64_t flat = c.parallel.zero ? G + G / dp : f.terms_whole_lines ? 0 : G;
   r.gradients = streams ? kF * (levels * G + f.grad_group_floats) : kF * (G + flat + levels * G);
   r.optimizer = kF * (2 * W / zdp + (G - W) / zdp + (c.parallel.zero ? W + W / dp : 0));
