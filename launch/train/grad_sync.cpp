@@ -168,7 +168,8 @@ void GradSync::begin_microbatch(std::int64_t width) {
   if (reducer_.microbatches() == 0) {  // the step's first microbatch decides
     streaming_ = can_stream_ && width < leaves_ && !reducer_.keeps_leaves();
     reducer_.set_root_buffer(streaming_ ? reduced_.data() : nullptr);
-    if (can_stream_) point_terms(reduced_.data(), term_offset_);
+    // The copying path writes into reduced_ (a streamed step's first level is reduced_ too).
+    if (can_stream_ && !streaming_) point_terms(reduced_.data(), term_offset_);
   }
   if (!streaming_) {
     for (const Span& a : absent_terms_) std::fill_n(reduced_.data() + a.offset, a.n, 0.0f);

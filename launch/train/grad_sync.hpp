@@ -121,7 +121,7 @@ class GradSync {
                                   // microbatch buffer (the model's terms, reduced in place)
   bool in_place_ = false;         // the model's gradient terms are views into reduced_
   std::int64_t leaves_;
-  bool can_stream_ = false;  // in place, no ZeRO, one stage
+  bool can_stream_ = false;  // the terms are in place (no ZeRO)
   bool streaming_ = false;   // this step
   bool merging_ = false;     // this microbatch's terms are in scratch_, merged group by group
   std::vector<std::vector<GradTermId>> groups_;
