@@ -43,12 +43,23 @@ struct GemmShape {
 };
 
 // A GEMM implementation and the tree its canonical form runs.
+// A suffix "@kcN" runs the impl with K panel target N (a tuning experiment interleaved with
+// the other impls, e.g. canonical@kc384,chain): kc 0 = the run's tuning.
 struct BenchImpl {
   std::string name;
   GemmImpl impl;
   TreeShape tree;
+  std::int64_t kc = 0;
 };
 BenchImpl parse_bench_impl(const std::string& name) {
+  const std::size_t at = name.find("@kc");
+  if (at != std::string::npos) {
+    BenchImpl bi = parse_bench_impl(name.substr(0, at));
+    bi.name = name;
+    bi.kc = std::stoll(name.substr(at + 3));
+    check(bi.kc >= 1, "bench_gemm: bad panel target in '" + name + "'", "use e.g. chain@kc256");
+    return bi;
+  }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
   return {name, parse_gemm_impl(name), TreeShape::halving};
 }
@@ -236,6 +247,9 @@ int main(int argc, char** argv) {
       const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
       for (int t : threads) {
         auto call = [&](const BenchImpl& bi) {
+          GemmTuning ti = tun;
+          if (bi.kc > 0) ti.kc_target = bi.kc;
+          set_gemm_tuning(ti);
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
           gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols,

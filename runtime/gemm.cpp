@@ -47,13 +47,19 @@ void gemm_reference(const GemmArgs& g) {
   }
 }
 
-// The canonical panels: the largest nodes of K's tree with at most kc_target / B leaves (at
-// least one), left to right, with each leaf's length and in-panel merges and each panel's
-// panel-level merges (the post order of the tree above the panels).
+// The canonical panels: the largest nodes of K's tree with at most 1.5 * kc_target / B leaves
+// (at least one), left to right, with each leaf's length and in-panel merges and each panel's
+// panel-level merges (the post order of the tree above the panels). Why 1.5: a halving tree
+// over 3 * 2^j blocks has nodes of 3 * 2^i blocks only, and at B = 64 a cap of kc_target / B
+// = 4 leaves gave panels of 192 against chain's 256; nodes of 384 measured 4-7% faster on
+// GPT-2's K = 768 and 1-2% on K = 3072 (bench_gemm canonical vs canonical@kc384, AMD EPYC
+// Zen 5, 1 thread). Power-of-two trees keep their kc_target-long panels (no node lies
+// between 1 and 1.5 times a power of two, when kc_target / B is one). Panels change speed
+// only, never bits.
 KPlan plan_canonical(const GemmArgs& g, const GemmTuning& t) {
   KPlan kp;
   const AxisLeaves axis(SumRule{static_cast<int>(g.block), g.tree, g.segment}, g.K);
-  const std::int64_t cap = std::max<std::int64_t>(1, t.kc_target / g.block);
+  const std::int64_t cap = std::max<std::int64_t>(1, t.kc_target * 3 / 2 / g.block);
   const std::int64_t n = axis.count();
   int depth = 0;
   for (std::int64_t lo = 0; lo < n;) {

@@ -67,8 +67,9 @@ void matmul(const KernelCtx& ctx, GemmImpl impl, const Tensor& A, Trans ta, cons
 std::string gemm_vendor_info();
 
 // Tiling knobs of the canonical and chain kernels. They change speed only, never bits (the
-// tests vary them to prove it). kc_target: K panel length; canonical uses the largest
-// reduce_block * 2^m <= kc_target (at least one block). nc: columns per packed B panel.
+// tests vary them to prove it). kc_target: K panel length; canonical uses the largest nodes
+// of K's tree of at most 1.5 * kc_target (at least one block; gemm.cpp, plan_canonical).
+// nc: columns per packed B panel.
 // mc: rows per packed A block.
 // A test and benchmark hook: set it while no GEMM is running.
 struct GemmTuning {

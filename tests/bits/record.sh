@@ -30,6 +30,12 @@ job tiny-dropout-tp2 2 "$TINY" --tp 2 --set run.steps=6 --set model.dropout=0.2 
 for mode in invariant deterministic fast; do
   job small-dp2-$mode 2 "$SMALL" --set run.steps=4 --set run.determinism=$mode --set ckpt.save=false
 done
+# GPT-2-like shapes whose block counts are not powers of two (halving tree: K = 384 is 6
+# blocks, ffn 1536 is 24, a context of 96 ends each sequence on a short block)
+GPT2ISH=(--set model.d_model=384 --set model.heads=6 --set model.ffn=1536 --set data.global_batch=12)
+job gpt2ish-1x1 1 "$TINY" "${GPT2ISH[@]}" --set run.steps=3 --set ckpt.interval=3
+job gpt2ish-tp2-mb3 2 "$TINY" --tp 2 "${GPT2ISH[@]}" --set model.context=96 \
+  --set parallel.microbatch=3 --set run.steps=3 --set ckpt.save=false
 # a resumed run: stop at 3 on DP 2, resume at TP 2 to 6
 job tiny-resume 2 "$TINY" --set run.steps=6 --set run.stop_at=3
 job tiny-resume 2 "$TINY" --tp 2 --set run.steps=6 --set run.resume=auto
