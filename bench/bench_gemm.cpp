@@ -43,21 +43,34 @@ struct GemmShape {
 };
 
 // A GEMM implementation and the tree its canonical form runs.
-// A suffix "@kcN" runs the impl with K panel target N (a tuning experiment interleaved with
-// the other impls, e.g. canonical@kc384,chain): kc 0 = the run's tuning.
+// Suffixes run the impl with its own tuning, interleaved with the other impls (tuning
+// experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@resN" the
+// B-resident limit N floats (0: Goto order only). 0 / -1 = the run's tuning.
 struct BenchImpl {
   std::string name;
   GemmImpl impl;
   TreeShape tree;
-  std::int64_t kc = 0;
+  std::int64_t kc = 0, resident = -1;
 };
 BenchImpl parse_bench_impl(const std::string& name) {
-  const std::size_t at = name.find("@kc");
+  const std::size_t at = name.rfind('@');
   if (at != std::string::npos) {
     BenchImpl bi = parse_bench_impl(name.substr(0, at));
     bi.name = name;
-    bi.kc = std::stoll(name.substr(at + 3));
-    check(bi.kc >= 1, "bench_gemm: bad panel target in '" + name + "'", "use e.g. chain@kc256");
+    const std::string opt = name.substr(at + 1);
+    const auto value = [&](std::size_t skip) {
+      const std::string v = opt.substr(skip);
+      check(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos,
+            "bench_gemm: bad tuning suffix in '" + name + "'", "use e.g. canonical@kc384");
+      return std::stoll(v);
+    };
+    if (opt.rfind("kc", 0) == 0)
+      bi.kc = value(2);
+    else if (opt.rfind("res", 0) == 0)
+      bi.resident = value(3);
+    else
+      fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
+           "use @kcN (K panel target) or @resN (B-resident limit in floats)");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
@@ -249,6 +262,7 @@ int main(int argc, char** argv) {
         auto call = [&](const BenchImpl& bi) {
           GemmTuning ti = tun;
           if (bi.kc > 0) ti.kc_target = bi.kc;
+          if (bi.resident >= 0) ti.b_resident_floats = bi.resident;
           set_gemm_tuning(ti);
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
