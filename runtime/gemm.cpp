@@ -47,19 +47,21 @@ void gemm_reference(const GemmArgs& g) {
   }
 }
 
-// The canonical panels: the largest nodes of K's tree with at most 1.5 * kc_target / B leaves
-// (at least one), left to right, with each leaf's length and in-panel merges and each panel's
-// panel-level merges (the post order of the tree above the panels). Why 1.5: a halving tree
-// over 3 * 2^j blocks has nodes of 3 * 2^i blocks only, and at B = 64 a cap of kc_target / B
-// = 4 leaves gave panels of 192 against chain's 256; nodes of 384 measured 4-7% faster on
-// GPT-2's K = 768 and 1-2% on K = 3072 (bench_gemm canonical vs canonical@kc384, AMD EPYC
-// Zen 5, 1 thread). Power-of-two trees keep their kc_target-long panels (no node lies
-// between 1 and 1.5 times a power of two, when kc_target / B is one). Panels change speed
-// only, never bits.
-KPlan plan_canonical(const GemmArgs& g, const GemmTuning& t) {
+// The canonical panels: the largest nodes of K's tree with at most kc_target / B leaves, or
+// 1.5 * kc_target / B on the AVX-512 path (at least one), left to right, with each leaf's
+// length and in-panel merges and each panel's panel-level merges (the post order of the tree
+// above the panels). Why 1.5 there: a halving tree over 3 * 2^j blocks has nodes of 3 * 2^i
+// blocks only, and at B = 64 a cap of 4 leaves gave panels of 192 against chain's 256; nodes
+// of 384 measured 4-7% faster on GPT-2's K = 768 and 1-2% on K = 3072 with the 12 x 32 tile
+// (bench_gemm canonical vs canonical@kc384, AMD EPYC Zen 5, 1 thread), but 0-3% slower with
+// the AVX2 path's 6 x 16 tile (2 threads). Power-of-two trees keep their kc_target-long
+// panels either way (no power of two lies in (1, 1.5) times another, when kc_target / B is
+// one). Panels change speed only, never bits.
+KPlan plan_canonical(const GemmArgs& g, const GemmTuning& t, Isa isa) {
   KPlan kp;
   const AxisLeaves axis(SumRule{static_cast<int>(g.block), g.tree, g.segment}, g.K);
-  const std::int64_t cap = std::max<std::int64_t>(1, t.kc_target * 3 / 2 / g.block);
+  const std::int64_t target = isa == Isa::avx512 ? t.kc_target * 3 / 2 : t.kc_target;
+  const std::int64_t cap = std::max<std::int64_t>(1, target / g.block);
   const std::int64_t n = axis.count();
   int depth = 0;
   for (std::int64_t lo = 0; lo < n;) {
@@ -94,22 +96,23 @@ KPlan plan_chain(const GemmArgs& g, const GemmTuning& t) {
 }
 
 // The K plan of a call, from a small per-thread cache (a training step calls the same few
-// shapes over and over); the plan depends on K, the rule and the tuning only.
-const KPlan& cached_plan(const GemmArgs& g, const GemmTuning& t, bool canonical) {
+// shapes over and over); the plan depends on K, the rule, the tuning and the ISA path only.
+const KPlan& cached_plan(const GemmArgs& g, const GemmTuning& t, bool canonical, Isa isa) {
   struct Entry {
     std::int64_t K, block, segment, kc_target;
     TreeShape tree;
     bool canonical;
+    Isa isa;
     KPlan plan;
   };
   static thread_local std::vector<Entry> cache;
   for (const Entry& e : cache)
-    if (e.K == g.K && e.block == g.block && e.segment == g.segment &&
-        e.kc_target == t.kc_target && e.tree == g.tree && e.canonical == canonical)
+    if (e.K == g.K && e.block == g.block && e.segment == g.segment && e.kc_target == t.kc_target &&
+        e.tree == g.tree && e.canonical == canonical && e.isa == isa)
       return e.plan;
   if (cache.size() >= 32) cache.erase(cache.begin());
-  cache.push_back({g.K, g.block, g.segment, t.kc_target, g.tree, canonical,
-                   canonical ? plan_canonical(g, t) : plan_chain(g, t)});
+  cache.push_back({g.K, g.block, g.segment, t.kc_target, g.tree, canonical, isa,
+                   canonical ? plan_canonical(g, t, isa) : plan_chain(g, t)});
   return cache.back().plan;
 }
 
@@ -225,7 +228,7 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
   const GemmTuning& t = gemm_detail::g_tuning;
   using namespace gemm_detail;
   if (impl == GemmImpl::canonical || impl == GemmImpl::chain)
-    g.kplan = &cached_plan(g, t, impl == GemmImpl::canonical);
+    g.kplan = &cached_plan(g, t, impl == GemmImpl::canonical, ctx.isa);
   switch (impl) {
     case GemmImpl::reference:
       return gemm_reference(g);

@@ -8,9 +8,9 @@
 //  * a leaf is an FMA chain over one block of B k's, in increasing k, from -0.0, held in a
 //    register lane (vectors span M/N, never K);
 //  * K panels are nodes of the tree of K (runtime/reduce_tree.hpp: the largest nodes of at most
-//    1.5 * kc_target / B leaves, gemm.cpp); a panel's leaves merge on a register-tile stack in
-//    L1 scratch as the tree's post-order schedule says (for pow2 the binary counter), so a
-//    panel yields the complete subtree over its leaves;
+//    kc_target / B leaves, 1.5 times that on AVX-512, gemm.cpp); a panel's leaves merge on a
+//    register-tile stack in L1 scratch as the tree's post-order schedule says (for pow2 the
+//    binary counter), so a panel yields the complete subtree over its leaves;
 //  * panel results merge on a second stack in memory (one slot array per depth), by the same
 //    schedule one level up, whose last merge is T over all leaves;
 //  * every merge is `older + newer` (left + right subtree).
