@@ -88,8 +88,10 @@ void set_gemm_tuning(const GemmTuning& t);
 // A leading dimension (floats) >= cols for a 64-byte-aligned row-major matrix that later
 // GEMMs read as A (ta == N): the smallest multiple of 16 whose rows spread over the L1's sets
 // so that the kernels read them in place (gemm_kernel.hpp, rows_spread_l1) instead of copying
-// them; cols rounded up to 16 when that already does (256, 768), e.g. 1088 for 1024. A layout
-// choice for speed only: a GEMM's bits never depend on lda.
+// them; cols rounded up to 16 when that already does (256, 768), e.g. 1088 for 1024. Checked
+// for panels of kc_target: the AVX-512 canonical panels of up to 1.5 * kc_target may not
+// spread and are then copied. A layout choice for speed only: a GEMM's bits never depend on
+// lda.
 std::int64_t gemm_row_stride(std::int64_t cols);
 
 }  // namespace lockstep
