@@ -259,11 +259,14 @@ int main(int argc, char** argv) {
         }
       const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
       for (int t : threads) {
-        auto call = [&](const BenchImpl& bi) {
+        // The impl's tuning, set before its calls (outside the timed loop).
+        auto tune = [&](const BenchImpl& bi) {
           GemmTuning ti = tun;
           if (bi.kc > 0) ti.kc_target = bi.kc;
           if (bi.resident >= 0) ti.b_resident_floats = bi.resident;
           set_gemm_tuning(ti);
+        };
+        auto call = [&](const BenchImpl& bi) {
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
           gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols,
@@ -272,6 +275,7 @@ int main(int argc, char** argv) {
         // Calibrate calls per trial so one trial lasts about min_time.
         std::vector<int> calls(impls.size());
         for (std::size_t i = 0; i < impls.size(); ++i) {
+          tune(impls[i]);
           call(impls[i]);  // warm up (packing buffers, thread pools)
           const double t0 = now(cpu);
           call(impls[i]);
@@ -281,6 +285,7 @@ int main(int argc, char** argv) {
         std::vector<std::vector<double>> secs(impls.size());
         for (int r = 0; r < reps; ++r) {
           for (std::size_t i = 0; i < impls.size(); ++i) {
+            tune(impls[i]);
             const double t0 = now(cpu);
             for (int c = 0; c < calls[i]; ++c) call(impls[i]);
             const double dt = (now(cpu) - t0) / (cpu ? t : 1);
