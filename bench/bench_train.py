@@ -12,9 +12,10 @@ plus the FMA peak (bench_fma_peak, 2 threads) once per round. Builds nothing.
 Per configuration: median ms/step over the steady-state steps of all its runs (the first
 --warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
 (2 threads; the fastest trial seen over the rounds: a ceiling that another VM's load can only
-lower, so on a busy host a trial's median would understate it and inflate the MFU), and for lockstep the determinism tax
-= ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its largest rank (every rank
-runs under /usr/bin/time, which reports its maximum resident set size).
+lower, so on a busy host a trial's median would understate it and inflate the MFU), and for
+lockstep the determinism tax = ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its
+largest rank (every rank runs under /usr/bin/time, which reports its maximum resident set
+size).
 
 Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the parameters in
 matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
