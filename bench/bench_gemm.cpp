@@ -44,13 +44,14 @@ struct GemmShape {
 
 // A GEMM implementation and the tree its canonical form runs.
 // Suffixes run the impl with its own tuning, interleaved with the other impls (tuning
-// experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@resN" the
-// B-resident limit N floats (0: Goto order only). 0 / -1 = the run's tuning.
+// experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@ncN" the B panel
+// width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
+// only); suffixes chain (canonical@nc256@mc96). 0 / -1 = the run's tuning.
 struct BenchImpl {
   std::string name;
   GemmImpl impl;
   TreeShape tree;
-  std::int64_t kc = 0, resident = -1;
+  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1;
 };
 BenchImpl parse_bench_impl(const std::string& name) {
   const std::size_t at = name.rfind('@');
@@ -66,11 +67,16 @@ BenchImpl parse_bench_impl(const std::string& name) {
     };
     if (opt.rfind("kc", 0) == 0)
       bi.kc = value(2);
+    else if (opt.rfind("nc", 0) == 0)
+      bi.nc = value(2);
+    else if (opt.rfind("mc", 0) == 0)
+      bi.mc = value(2);
     else if (opt.rfind("res", 0) == 0)
       bi.resident = value(3);
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
-           "use @kcN (K panel target) or @resN (B-resident limit in floats)");
+           "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height) or @resN "
+           "(B-resident limit in floats)");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
@@ -263,6 +269,8 @@ int main(int argc, char** argv) {
         auto tune = [&](const BenchImpl& bi) {
           GemmTuning ti = tun;
           if (bi.kc > 0) ti.kc_target = bi.kc;
+          if (bi.nc > 0) ti.nc = bi.nc;
+          if (bi.mc > 0) ti.mc = bi.mc;
           if (bi.resident >= 0) ti.b_resident_floats = bi.resident;
           set_gemm_tuning(ti);
         };
