@@ -1,0 +1,26 @@
+// bench_gemm_kernel's timing entry (bench/gemm_kernel_ceiling_avx512.cpp): GFLOP/s of the
+// AVX-512 GEMM micro-kernel alone, on packed operands that stay in the cache. Timing only: no
+// result is checked or kept, and no bit of any GEMM depends on this file.
+#pragma once
+
+#include <cstdint>
+
+namespace lockstep::bench {
+
+struct KernelCeilingCase {
+  std::int64_t kl = 384;    // K panel length (a multiple of block)
+  std::int64_t block = 64;  // leaf length (reduce_block)
+  int a_tiles = 1;          // A micro-panels (12 rows x kl each) swept in turn
+  int b_tiles = 1;          // B micro-panels (kl x 32 each) per A micro-panel
+  bool canonical = true;    // canon_panel (leaves + merges) or chain_panel
+  double min_time = 0.1;    // seconds per trial
+  int reps = 5;             // trials
+};
+struct KernelCeiling {
+  double gflops, gflops_min, gflops_max;  // median, slowest and fastest trial
+};
+
+// Requires AVX-512 (the caller checks): the code is compiled for it.
+KernelCeiling kernel_ceiling_avx512(const KernelCeilingCase& c);
+
+}  // namespace lockstep::bench

@@ -1,0 +1,81 @@
+// The timing loops of bench_gemm_kernel (bench/bench_gemm_kernel.cpp), compiled with the AVX-512
+// flags (bench/CMakeLists.txt) and called only after the caller has checked that the CPU has
+// AVX-512. They run the AVX-512 micro-kernel of runtime/gemm_kernel.hpp (12 x 32 register
+// tile) on packed operands that never leave the cache: no packing, no source reads, no C or
+// slot traffic beyond one tile per call. Timing only; the values computed are discarded.
+#include "bench/gemm_kernel_ceiling.hpp"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "runtime/gemm_kernel.hpp"
+#include "runtime/simd_avx512.hpp"
+
+namespace lockstep::bench {
+namespace {
+
+using gemm_detail::Kernel;
+using Kern = Kernel<simd::Avx512, 12, 2>;
+using APackedKR = Kern::APacked<1, Kern::MR>;  // step k's MR values contiguous
+
+struct Buffer {
+  float* p;
+  explicit Buffer(std::size_t n) : p(static_cast<float*>(std::aligned_alloc(64, n * 4))) {
+    for (std::size_t i = 0; i < n; ++i) p[i] = 1.0f / static_cast<float>(1 + i % 97);
+  }
+  ~Buffer() { std::free(p); }
+};
+
+}  // namespace
+
+KernelCeiling kernel_ceiling_avx512(const KernelCeilingCase& c) {
+  const std::int64_t kl = c.kl, leaves = kl / c.block;
+  const std::int64_t a_stride = Kern::MR * kl + 16, b_stride = kl * Kern::NR;
+  Buffer a(static_cast<std::size_t>(c.a_tiles * a_stride));
+  Buffer b(static_cast<std::size_t>(c.b_tiles * b_stride));
+  Buffer cbuf(static_cast<std::size_t>(c.a_tiles * c.b_tiles * Kern::TILE));
+  Buffer stack(static_cast<std::size_t>((leaves + 2) * Kern::TILE + 1024));
+  // Leaves of `block` steps merged by the binary counter (the pow2 tree's panel schedule; the
+  // halving tree's differs only in where the same number of merges falls).
+  std::vector<std::int32_t> len(static_cast<std::size_t>(leaves), static_cast<std::int32_t>(c.block));
+  std::vector<std::uint8_t> merges(static_cast<std::size_t>(leaves));
+  for (std::int64_t l = 0; l < leaves; ++l)
+    merges[static_cast<std::size_t>(l)] = static_cast<std::uint8_t>(std::countr_zero(
+        static_cast<std::uint64_t>(l + 1)));
+  // Same order as the GEMM's run_block: one A micro-panel against every B micro-panel.
+  const auto sweep = [&] {
+    for (int it = 0; it < c.a_tiles; ++it)
+      for (int jt = 0; jt < c.b_tiles; ++jt) {
+        const float* ap = a.p + it * a_stride;
+        const float* bp = b.p + jt * b_stride;
+        float* tile = cbuf.p + (it * c.b_tiles + jt) * Kern::TILE;
+        if (c.canonical)
+          Kern::canon_panel<APackedKR>(static_cast<int>(leaves), len.data(), merges.data(), ap, 0,
+                                       bp, stack.p + 256, nullptr, 0, tile, tile, Kern::NR,
+                                       Kern::MR, Kern::NR);
+        else
+          Kern::chain_panel<APackedKR>(kl, ap, 0, bp, false, tile, Kern::NR, Kern::MR, Kern::NR);
+      }
+  };
+  const double flop = 2.0 * Kern::MR * Kern::NR * static_cast<double>(kl) * c.a_tiles * c.b_tiles;
+  using Clock = std::chrono::steady_clock;
+  sweep();  // warm the operands into the cache
+  const auto t0 = Clock::now();
+  sweep();
+  const double once = std::chrono::duration<double>(Clock::now() - t0).count();
+  const long sweeps = std::max(1L, static_cast<long>(c.min_time / std::max(once, 1e-9)));
+  std::vector<double> gflops;
+  for (int r = 0; r < c.reps; ++r) {
+    const auto s0 = Clock::now();
+    for (long s = 0; s < sweeps; ++s) sweep();
+    const double sec = std::chrono::duration<double>(Clock::now() - s0).count();
+    gflops.push_back(flop * static_cast<double>(sweeps) / sec * 1e-9);
+  }
+  std::sort(gflops.begin(), gflops.end());
+  return {gflops[gflops.size() / 2], gflops.front(), gflops.back()};
+}
+
+}  // namespace lockstep::bench
