@@ -13,9 +13,12 @@ bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, 
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B) {
   const std::int64_t nbt = (C + B - 1) / B;
   const std::int64_t tile = attn_gemm_detail::kTileRows * hd;  // one register tile
-  // scores: X transposed (C * hd); prefix / suffix: a contiguous copy of X (C * hd), then the
-  // binary counter's tiles (at most one per level of the tree over nbt leaves).
-  return hd * C + (std::bit_width(static_cast<std::uint64_t>(nbt)) + 1) * tile;
+  // scores: X transposed in panels of 32 keys (C rounded up to 32, times hd); prefix / suffix: a
+  // contiguous copy of X (C * hd), then the binary counter's tiles (at most one per level of
+  // the tree over nbt leaves).
+  const std::int64_t xt = (C + 31) / 32 * 32 * hd;
+  const std::int64_t levels = std::bit_width(static_cast<std::uint64_t>(nbt)) + 1;
+  return std::max(xt, hd * C + levels * tile);
 }
 
 void causal_scores(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
