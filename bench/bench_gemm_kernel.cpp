@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   }
   for (const std::int64_t kl : kls) {
     if (kl <= 0 || kl % base.block != 0) {
-      std::fprintf(stderr, "bench_gemm_kernel: --kl %lld is not a positive multiple of --block %lld\n",
+      std::fprintf(stderr,
+                   "bench_gemm_kernel: --kl %lld is not a positive multiple of --block %lld\n",
                    static_cast<long long>(kl), static_cast<long long>(base.block));
       return 1;
     }

@@ -9,6 +9,7 @@
 #include <bit>
 #include <chrono>
 #include <cstdlib>
+#include <new>
 #include <vector>
 
 #include "runtime/gemm_kernel.hpp"
@@ -21,12 +22,17 @@ using gemm_detail::Kernel;
 using Kern = Kernel<simd::Avx512, 12, 2>;
 using APackedKR = Kern::APacked<1, Kern::MR>;  // step k's MR values contiguous
 
+// n floats, 64-byte aligned, filled with finite values.
 struct Buffer {
   float* p;
-  explicit Buffer(std::size_t n) : p(static_cast<float*>(std::aligned_alloc(64, n * 4))) {
+  explicit Buffer(std::size_t n)
+      : p(static_cast<float*>(std::aligned_alloc(64, (n * sizeof(float) + 63) / 64 * 64))) {
+    if (!p) throw std::bad_alloc();
     for (std::size_t i = 0; i < n; ++i) p[i] = 1.0f / static_cast<float>(1 + i % 97);
   }
   ~Buffer() { std::free(p); }
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
 };
 
 }  // namespace
@@ -40,11 +46,11 @@ KernelCeiling kernel_ceiling_avx512(const KernelCeilingCase& c) {
   Buffer stack(static_cast<std::size_t>((leaves + 2) * Kern::TILE + 1024));
   // Leaves of `block` steps merged by the binary counter (the pow2 tree's panel schedule; the
   // halving tree's differs only in where the same number of merges falls).
-  std::vector<std::int32_t> len(static_cast<std::size_t>(leaves), static_cast<std::int32_t>(c.block));
-  std::vector<std::uint8_t> merges(static_cast<std::size_t>(leaves));
-  for (std::int64_t l = 0; l < leaves; ++l)
-    merges[static_cast<std::size_t>(l)] = static_cast<std::uint8_t>(std::countr_zero(
-        static_cast<std::uint64_t>(l + 1)));
+  const auto nl = static_cast<std::size_t>(leaves);
+  std::vector<std::int32_t> len(nl, static_cast<std::int32_t>(c.block));
+  std::vector<std::uint8_t> merges(nl);
+  for (std::size_t l = 0; l < nl; ++l)
+    merges[l] = static_cast<std::uint8_t>(std::countr_zero(static_cast<std::uint64_t>(l + 1)));
   // Same order as the GEMM's run_block: one A micro-panel against every B micro-panel.
   const auto sweep = [&] {
     for (int it = 0; it < c.a_tiles; ++it)
