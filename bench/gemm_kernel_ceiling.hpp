@@ -16,11 +16,9 @@ struct KernelCeilingCase {
   double min_time = 0.1;    // seconds per trial
   int reps = 5;             // trials
 };
-struct KernelCeiling {
-  double gflops, gflops_min, gflops_max;  // median, slowest and fastest trial
-};
 
-// Requires AVX-512 (the caller checks): the code is compiled for it.
-KernelCeiling kernel_ceiling_avx512(const KernelCeilingCase& c);
+// Writes the GFLOP/s of c.reps trials to gflops[0, c.reps). Requires AVX-512 (the caller
+// checks): the code is compiled for it.
+void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops);
 
 }  // namespace lockstep::bench
