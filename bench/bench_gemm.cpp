@@ -46,12 +46,13 @@ struct GemmShape {
 // Suffixes run the impl with its own tuning, interleaved with the other impls (tuning
 // experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@ncN" the B panel
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
-// only); suffixes chain (canonical@nc256@mc96). 0 / -1 = the run's tuning.
+// only), "@cpN" the C prefetch distance in kernel calls (0: off); suffixes chain
+// (canonical@nc256@mc96). 0 / -1 = the run's tuning (for @cp: -1 only).
 struct BenchImpl {
   std::string name;
   GemmImpl impl;
   TreeShape tree;
-  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1;
+  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1;
 };
 BenchImpl parse_bench_impl(const std::string& name) {
   const std::size_t at = name.rfind('@');
@@ -73,10 +74,12 @@ BenchImpl parse_bench_impl(const std::string& name) {
       bi.mc = value(2);
     else if (opt.rfind("res", 0) == 0)
       bi.resident = value(3);
+    else if (opt.rfind("cp", 0) == 0)
+      bi.c_prefetch = value(2);
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
-           "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height) or @resN "
-           "(B-resident limit in floats)");
+           "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height), @resN "
+           "(B-resident limit in floats) or @cpN (C prefetch distance)");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
@@ -190,6 +193,9 @@ int main(int argc, char** argv) {
   app.add_option("--mc", mc, "override the A block height (tuning experiment)");
   app.add_option("--b-resident", resident,
                  "override the B-resident loop order limit in floats (0 = off)");
+  std::int64_t c_prefetch = -1;
+  app.add_option("--c-prefetch", c_prefetch,
+                 "override how many kernel calls ahead the C tile is prefetched (0 = off)");
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
                  "1: read A rows in place where they spread over L1 (default); 0: always copy")
@@ -215,6 +221,7 @@ int main(int argc, char** argv) {
     if (mc > 0) tun.mc = mc;
     if (resident >= 0) tun.b_resident_floats = resident;
     if (in_place >= 0) tun.a_in_place = in_place == 1;
+    if (c_prefetch >= 0) tun.c_prefetch = c_prefetch;
     set_gemm_tuning(tun);
 
     std::vector<GemmShape> shapes;
@@ -272,6 +279,7 @@ int main(int argc, char** argv) {
           if (bi.nc > 0) ti.nc = bi.nc;
           if (bi.mc > 0) ti.mc = bi.mc;
           if (bi.resident >= 0) ti.b_resident_floats = bi.resident;
+          if (bi.c_prefetch >= 0) ti.c_prefetch = bi.c_prefetch;
           set_gemm_tuning(ti);
         };
         auto call = [&](const BenchImpl& bi) {

@@ -72,9 +72,10 @@ void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops) {
         if (c.canonical)
           Kern::canon_panel<APackedKR>(static_cast<int>(leaves), len.p, merges.p, ap, 0,
                                        bp, stack.p + 256, nullptr, 0, tile, tile, Kern::NR,
-                                       Kern::MR, Kern::NR);
+                                       Kern::MR, Kern::NR, nullptr);
         else
-          Kern::chain_panel<APackedKR>(kl, ap, 0, bp, false, tile, Kern::NR, Kern::MR, Kern::NR);
+          Kern::chain_panel<APackedKR>(kl, ap, 0, bp, false, tile, Kern::NR, Kern::MR, Kern::NR,
+                                       nullptr);
       }
   };
   const double flop = 2.0 * Kern::MR * Kern::NR * static_cast<double>(kl) * c.a_tiles * c.b_tiles;

@@ -189,6 +189,8 @@ void set_gemm_tuning(const GemmTuning& t) {
         "GEMM tuning kc_target=" + std::to_string(t.kc_target) + " nc=" + std::to_string(t.nc) +
             " mc=" + std::to_string(t.mc) + " must be positive",
         "pass positive panel sizes (defaults: kc_target 256, nc 512, mc 264)");
+  check(t.c_prefetch >= 0, "GEMM tuning c_prefetch=" + std::to_string(t.c_prefetch) + " is negative",
+        "pass 0 (off) or how many kernel calls ahead to prefetch C (default 2)");
   gemm_detail::g_tuning = t;
 }
 

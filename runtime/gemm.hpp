@@ -81,6 +81,10 @@ struct GemmTuning {
   // Read full A micro-panels of op(A) = A (ta == N) where they are instead of copying them,
   // when their rows fall into enough L1 sets (gemm_kernel.hpp, rows_spread); false: always copy.
   bool a_in_place = true;
+  // A kernel call that stores a C tile prefetches, for writing, the C tile of the call this
+  // many calls later in its mc x nc block (0: off): canonical in the last K panel, chain in
+  // every panel (it reads C back at each).
+  std::int64_t c_prefetch = 2;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);

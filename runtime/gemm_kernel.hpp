@@ -247,38 +247,43 @@ struct Kernel {
     fma_steps(t, ap, bp + NR, n - 1);
   }
 
-  // The last leaf of a panel, as leaf(), with the panel-level slot tiles that the panel folds in
-  // next prefetched into L1 along the way, four lines every four steps (they sit in L2, one tile
-  // per C tile of the block; all at once they would hold up the leaf's first loads). The FMAs
-  // run in the same order; a prefetch is a hint and never changes a value.
-  template <class A>
-  [[gnu::always_inline]] static inline void leaf_prefetching(Tile& t, A& ap, const float* bp,
-                                                             std::int64_t n,
-                                                             const float* const* tiles, int ntiles) {
-    constexpr int kLines = (TILE + 15) / 16, kEvery = 4;
-    leaf(t, ap, bp, 1);
-    std::int64_t k = 1;
+  // Steps from k of a leaf (as fma_steps, at most up to n), with `ntiles` tiles that a later
+  // step of the GEMM reads (Write: writes) prefetched into L1 along the way, four lines every
+  // four steps; returns the next step. Tile i's MR rows of NR floats start at tiles[i], rows
+  // `ld` floats apart (NR for a slot tile in scratch, ldc for a tile of C). All at once they
+  // would hold up the leaf's loads. The FMAs run in the same order; a prefetch is a hint and
+  // never changes a value.
+  template <bool Write, class A>
+  [[gnu::always_inline]] static inline std::int64_t prefetch_along(Tile& t, A& ap,
+                                                                    const float* bp,
+                                                                    std::int64_t k, std::int64_t n,
+                                                                    const float* const* tiles,
+                                                                    int ntiles, std::int64_t ld) {
+    constexpr int kRowLines = (NR + 15) / 16, kLines = MR * kRowLines, kEvery = 4;
     for (int i = 0; i < ntiles; ++i)
       for (int line = 0; line < kLines; line += kEvery) {
         for (int j = line; j < std::min(line + kEvery, kLines); ++j)
-          __builtin_prefetch(tiles[i] + j * 16, 0, 3);
+          __builtin_prefetch(tiles[i] + (j / kRowLines) * ld + (j % kRowLines) * 16, Write, 3);
         const std::int64_t s = std::min<std::int64_t>(kEvery, n - k);
         fma_steps(t, ap, bp + k * NR, s);
         k += s;
       }
-    fma_steps(t, ap, bp + k * NR, n - k);
+    return k;
   }
 
   // One K panel of the canonical sum for one C tile: nleaves leaves of lengths len[] (a node of
   // the tree), each but the last followed by merges[] merges on the L1 scratch stack stk; the
   // last folds the panel's whole stack. adds: panel-level slots to fold in, newest first
-  // (older subtrees). The result goes to `slot` (a full tile) or, if slot == nullptr, to C.
+  // (older subtrees). The last leaf prefetches them, then the full C tile `cnext` (if not
+  // null) that a later call stores to. The result goes to `slot` (a full tile) or, if
+  // slot == nullptr, to C.
   template <class A>
   [[gnu::noinline]] static void canon_panel(int nleaves, const std::int32_t* len,
                                             const std::uint8_t* merges, const float* a,
                                             std::int64_t lda, const float* bp, float* stk,
                                             const float* const* adds, int nadds, float* slot,
-                                            float* C, std::int64_t ldc, int rows, int cols) {
+                                            float* C, std::int64_t ldc, int rows, int cols,
+                                            const float* cnext) {
     // A panel is a node of the tree: at least one leaf (tells the compiler that t is set).
     if (nleaves < 1) __builtin_unreachable();
     Tile t;
@@ -288,10 +293,12 @@ struct Kernel {
       std::int64_t k0 = 0;
       for (int l = 0; l < nleaves; k0 += len[l], ++l) {
         if (l + 1 == nleaves) {
-          if (nadds > 0)
-            leaf_prefetching(t, ap, bp + k0 * NR, len[l], adds, nadds);
-          else
-            leaf(t, ap, bp + k0 * NR, len[l]);
+          // The last leaf prefetches the slots it folds next, then the C tile.
+          const float* b = bp + k0 * NR;
+          leaf(t, ap, b, 1);
+          std::int64_t k = prefetch_along<false>(t, ap, b, 1, len[l], adds, nadds, NR);
+          k = prefetch_along<true>(t, ap, b, k, len[l], &cnext, cnext ? 1 : 0, ldc);
+          fma_steps(t, ap, b + k * NR, len[l] - k);
           break;
         }
         leaf(t, ap, bp + k0 * NR, len[l]);
@@ -307,19 +314,21 @@ struct Kernel {
       store_c(t, C, ldc, rows, cols);
   }
 
-  // One K panel of the single chain: continue from C (or start from -0.0), store to C.
+  // One K panel of the single chain: continue from C (or start from -0.0), store to C;
+  // prefetches the full C tile `cnext` (if not null) that a later call reads and stores.
   template <class A>
   [[gnu::noinline]] static void chain_panel(std::int64_t kl, const float* a, std::int64_t lda,
                                             const float* bp, bool first, float* C, std::int64_t ldc,
-                                            int rows, int cols) {
+                                            int rows, int cols, const float* cnext) {
     Tile t;
     A ap(a, lda);
-    if (first) {
-      leaf(t, ap, bp, kl);
-    } else {
+    std::int64_t k = first ? 1 : 0;
+    if (first)
+      leaf(t, ap, bp, 1);
+    else
       load_c(t, C, ldc, rows, cols);
-      fma_steps(t, ap, bp, kl);
-    }
+    k = prefetch_along<true>(t, ap, bp, k, kl, &cnext, cnext ? 1 : 0, ldc);
+    fma_steps(t, ap, bp + k * NR, kl - k);
     store_c(t, C, ldc, rows, cols);
   }
 };
@@ -558,6 +567,7 @@ struct Driver {
     int stack, levels;  // intra-panel stack depth, panel-level slot count
     bool rk;
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
+    std::int64_t cpf;  // calls ahead whose C tile a kernel prefetches (GemmTuning::c_prefetch)
     const KPanel* panels;
     const std::int32_t* leaf_len;
     const std::uint8_t* leaf_merges;
@@ -579,6 +589,20 @@ struct Driver {
   struct NextB {
     std::int64_t pc = 0, kl = 0, j0 = 0, j1 = 0, part = 0, parts = 1;
   };
+
+  // The C tile of call `call` (row tile call / ntl of the block at row ic, column tile
+  // call % ntl of the column block at jc) for the kernels to prefetch: null where pl.cpf == 0,
+  // the call does not touch C (canonical: a panel but the last), lies past the block's calls,
+  // or is a partial tile.
+  static const float* next_c_tile(const GemmArgs& g, const Plan& pl, std::int64_t ic,
+                                  std::int64_t i1, std::int64_t jc, std::int64_t j1,
+                                  std::int64_t ntl, std::int64_t call, std::int64_t calls,
+                                  bool last) {
+    if (pl.cpf == 0 || call >= calls || (pl.canonical && !last)) return nullptr;
+    const std::int64_t r0 = ic + call / ntl * MR, c0 = jc + call % ntl * NR;
+    if (r0 + MR > i1 || c0 + NR > j1) return nullptr;
+    return g.C + r0 * g.ldc + c0;
+  }
 
   // Packs the A block rows [ic, ic1) of panel p and runs the micro-kernel on its tiles
   // against the packed B micro-panels bp0 (ntl of them, kl x NR each, `bstride` apart).
@@ -612,6 +636,7 @@ struct Driver {
         const int cols = static_cast<int>(std::min<std::int64_t>(NR, j1 - c0));
         const float* bp = bp0 + jt * bstride;
         float* cdst = g.C + r0 * g.ldc + c0;
+        const float* cnext = next_c_tile(g, pl, ic, i1, jc, j1, ntl, call + pl.cpf, calls, last);
         const auto kernel = [&]<class A>(const float* a, std::int64_t lda) {
           if (pl.canonical) {
             const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
@@ -621,9 +646,10 @@ struct Driver {
             float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
             Kern::template canon_panel<A>(pan.nleaves, pl.leaf_len + pan.leaf0,
                                           pl.leaf_merges + pan.leaf0, a, lda, bp, stk,
-                                          tadds, nadds, slot, cdst, g.ldc, rows, cols);
+                                          tadds, nadds, slot, cdst, g.ldc, rows, cols,
+                                          cnext);
           } else {
-            Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols);
+            Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols, cnext);
           }
         };
         if (pl.inplace && rows == MR)
@@ -809,6 +835,7 @@ struct Driver {
     pl.bfull = tun.b_resident_floats;
     pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
     pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
+    pl.cpf = tun.c_prefetch;
 
     const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
     const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;

@@ -198,18 +198,21 @@ TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA pat
         for (Isa isa : supported_isas()) {
           if (isa == Isa::scalar && K > 129) continue;  // keeps the test quick under ASan
           for (int threads : {1, 2, 3}) {
-            for (auto [kc, nc, mc, res] : {std::tuple<int, int, int, int>{256, 512, 264, 1 << 18},
-                                           {1, 32, 12, 0},
-                                           {64, 64, 24, 1 << 30},
-                                           {100, 96, 36, 1 << 18},
-                                           {700, 1000, 1000, 0},
-                                           {2048, 32, 7, 1 << 30},
-                                           {16, 64, 48, 1 << 30},
-                                           {64, 32, 12, 0}}) {
-              set_gemm_tuning(GemmTuning{kc, nc, mc, res});
+            // The last field: how many calls ahead the C tile is prefetched (0: off).
+            for (auto [kc, nc, mc, res, cpf] :
+                 {std::tuple<int, int, int, int, int>{256, 512, 264, 1 << 18, 2},
+                  {1, 32, 12, 0, 1},
+                  {64, 64, 24, 1 << 30, 0},
+                  {100, 96, 36, 1 << 18, 3},
+                  {700, 1000, 1000, 0, 1},
+                  {2048, 32, 7, 1 << 30, 7},
+                  {16, 64, 48, 1 << 30, 2},
+                  {64, 32, 12, 0, 0},
+                  {1000, 48, 24, 0, 1}}) {
+              set_gemm_tuning(GemmTuning{kc, nc, mc, res, true, cpf});
               INFO("isa=" << isa_name(isa) << " threads=" << threads << " kc=" << kc << " nc=" << nc
-                          << " mc=" << mc << " resident=" << res << " " << tname(ta) << tname(tb)
-                          << " K=" << K);
+                          << " mc=" << mc << " resident=" << res << " c_prefetch=" << cpf << " "
+                          << tname(ta) << tname(tb) << " K=" << K);
               const auto got =
                   compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), M, N, p.ldc);
               REQUIRE(same_bits(got, full));
@@ -422,11 +425,12 @@ TEST_CASE("chain GEMM equals a literal single FMA chain per element") {
       }
     for (Isa isa : supported_isas()) {
       for (auto kc : {256, 64, 7}) {
-        set_gemm_tuning(
-            GemmTuning{kc, rep % 2 ? 32 : 512, rep % 3 ? 264 : 12, rep % 4 < 2 ? 0 : 1 << 30});
+        const int cpf = rep % 3;  // C tile prefetch distance (0: off)
+        set_gemm_tuning(GemmTuning{kc, rep % 2 ? 32 : 512, rep % 3 ? 264 : 12,
+                                   rep % 4 < 2 ? 0 : 1 << 30, true, cpf});
         const int threads = 1 + rep % 3;
-        INFO("isa=" << isa_name(isa) << " kc=" << kc << " " << tname(ta) << tname(tb) << " M=" << M
-                    << " N=" << N << " K=" << K);
+        INFO("isa=" << isa_name(isa) << " kc=" << kc << " c_prefetch=" << cpf << " " << tname(ta)
+                    << tname(tb) << " M=" << M << " N=" << N << " K=" << K);
         const auto got = compact(run(KernelCtx{isa, threads, 64}, GemmImpl::chain, p), M, N, p.ldc);
         REQUIRE(same_bits(got, want));
       }
