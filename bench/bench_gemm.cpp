@@ -48,11 +48,23 @@ struct GemmShape {
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
 // only), "@cpN" the C prefetch distance in kernel calls (0: off); suffixes chain
 // (canonical@nc256@mc96). 0 / -1 = the run's tuning (for @cp: -1 only).
+// Tuning overrides, from the command line or an impl's suffixes: 0 / -1 = keep the value.
+struct TuningOverrides {
+  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1;
+  GemmTuning apply(GemmTuning t) const {
+    if (kc > 0) t.kc_target = kc;
+    if (nc > 0) t.nc = nc;
+    if (mc > 0) t.mc = mc;
+    if (resident >= 0) t.b_resident_floats = resident;
+    if (c_prefetch >= 0) t.c_prefetch = c_prefetch;
+    return t;
+  }
+};
 struct BenchImpl {
   std::string name;
   GemmImpl impl;
   TreeShape tree;
-  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1;
+  TuningOverrides tuning;
 };
 BenchImpl parse_bench_impl(const std::string& name) {
   const std::size_t at = name.rfind('@');
@@ -67,23 +79,23 @@ BenchImpl parse_bench_impl(const std::string& name) {
       return std::stoll(v);
     };
     if (opt.rfind("kc", 0) == 0)
-      bi.kc = value(2);
+      bi.tuning.kc = value(2);
     else if (opt.rfind("nc", 0) == 0)
-      bi.nc = value(2);
+      bi.tuning.nc = value(2);
     else if (opt.rfind("mc", 0) == 0)
-      bi.mc = value(2);
+      bi.tuning.mc = value(2);
     else if (opt.rfind("res", 0) == 0)
-      bi.resident = value(3);
+      bi.tuning.resident = value(3);
     else if (opt.rfind("cp", 0) == 0)
-      bi.c_prefetch = value(2);
+      bi.tuning.c_prefetch = value(2);
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
            "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height), @resN "
            "(B-resident limit in floats) or @cpN (C prefetch distance)");
     return bi;
   }
-  if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2};
-  return {name, parse_gemm_impl(name), TreeShape::halving};
+  if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2, {}};
+  return {name, parse_gemm_impl(name), TreeShape::halving, {}};
 }
 
 // The model's GEMMs: forward Y = X W^T (NT), input grad dX = dY W (NN), weight grad
@@ -171,7 +183,7 @@ int main(int argc, char** argv) {
   int reps = 7, block = 64;
   double min_time = 0.2;
   std::string clock_s = "wall";
-  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1;
+  TuningOverrides cli_tuning;
   app.add_option("--impls", impls_s,
                  "comma list of canonical (halving tree), canonical-pow2, chain, eigen, openblas, "
                  "reference");
@@ -188,13 +200,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"wall", "cpu"}));
   app.add_option("--isa", isa_s, "ISA path for canonical/chain: auto, scalar, avx2, avx512");
   app.add_option("--block", block, "reduce_block B of the canonical sum");
-  app.add_option("--kc", kc, "override the K panel target (tuning experiment)");
-  app.add_option("--nc", nc, "override the B panel width (tuning experiment)");
-  app.add_option("--mc", mc, "override the A block height (tuning experiment)");
-  app.add_option("--b-resident", resident,
+  app.add_option("--kc", cli_tuning.kc, "override the K panel target (tuning experiment)");
+  app.add_option("--nc", cli_tuning.nc, "override the B panel width (tuning experiment)");
+  app.add_option("--mc", cli_tuning.mc, "override the A block height (tuning experiment)");
+  app.add_option("--b-resident", cli_tuning.resident,
                  "override the B-resident loop order limit in floats (0 = off)");
-  std::int64_t c_prefetch = -1;
-  app.add_option("--c-prefetch", c_prefetch,
+  app.add_option("--c-prefetch", cli_tuning.c_prefetch,
                  "override how many kernel calls ahead the C tile is prefetched (0 = off)");
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
@@ -215,13 +226,8 @@ int main(int argc, char** argv) {
     const Isa isa = parse_isa(isa_s);
     const std::string core = openblas_core_name();
     const bool cpu = clock_s == "cpu";
-    GemmTuning tun = gemm_tuning();
-    if (kc > 0) tun.kc_target = kc;
-    if (nc > 0) tun.nc = nc;
-    if (mc > 0) tun.mc = mc;
-    if (resident >= 0) tun.b_resident_floats = resident;
+    GemmTuning tun = cli_tuning.apply(gemm_tuning());
     if (in_place >= 0) tun.a_in_place = in_place == 1;
-    if (c_prefetch >= 0) tun.c_prefetch = c_prefetch;
     set_gemm_tuning(tun);
 
     std::vector<GemmShape> shapes;
@@ -274,13 +280,7 @@ int main(int argc, char** argv) {
       for (int t : threads) {
         // The impl's tuning, set before its calls (outside the timed loop).
         auto tune = [&](const BenchImpl& bi) {
-          GemmTuning ti = tun;
-          if (bi.kc > 0) ti.kc_target = bi.kc;
-          if (bi.nc > 0) ti.nc = bi.nc;
-          if (bi.mc > 0) ti.mc = bi.mc;
-          if (bi.resident >= 0) ti.b_resident_floats = bi.resident;
-          if (bi.c_prefetch >= 0) ti.c_prefetch = bi.c_prefetch;
-          set_gemm_tuning(ti);
+          set_gemm_tuning(bi.tuning.apply(tun));
         };
         auto call = [&](const BenchImpl& bi) {
           KernelCtx ctx{isa, t, block, bi.tree};
