@@ -32,6 +32,7 @@
 #include <new>
 #include <numeric>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "runtime/gemm.hpp"
@@ -371,6 +372,14 @@ struct Driver {
   static constexpr int TILE = Kern::TILE;
   static constexpr std::int64_t KCMAX_RK = 512;
   static constexpr int ARS_RK = KCMAX_RK + 16;  // pad rows apart to spread L1 sets
+  // Kernels of 4 and 8 rows for a block's last row tile when it has that few rows (M = 256
+  // leaves 4 of AVX-512's 12, 512 leaves 8): the full tile would spend 8 or 4 rows of FMAs on
+  // zero padding, 3% of 256x1024x4096. They read the same packed A layout (MR values per
+  // step) and B micro-panel and run each row's leaves, merges and stores exactly as the full
+  // tile does, so only speed depends on which kernel a row tile gets.
+  // (Kern itself where MR is not larger: never chosen there.)
+  using Kern4 = std::conditional_t<(MR > 4), Kernel<typename Kern::Vec, 4, Kern::NV>, Kern>;
+  using Kern8 = std::conditional_t<(MR > 8), Kernel<typename Kern::Vec, 8, Kern::NV>, Kern>;
 
   // Prefetches the lines of p[0, n) into L1 (a hint: never changes a value).
   static void prefetch_l1(const float* p, std::int64_t n) {
@@ -604,14 +613,25 @@ struct Driver {
     return g.C + r0 * g.ldc + c0;
   }
 
-  // Packs the A block rows [ic, ic1) of panel p and runs the micro-kernel on its tiles
-  // against the packed B micro-panels bp0 (ntl of them, kl x NR each, `bstride` apart).
+  // The canonical counter's slot tiles: `levels` arrays of `level` floats; in each, the tile of
+  // row tile `it` (of the rectangle, or of the block in the B-resident order) and column tile
+  // jt of a column block at base + (it * width + jt0 + jt) * TILE, where jt0 is the block's
+  // first column tile in a slot row of `width` tiles (jt0 = 0 and width = nc / NR where the
+  // slots hold one column block: the Goto and B-resident orders).
+  struct Slots {
+    float* base = nullptr;
+    std::size_t level = 0;
+    std::int64_t width = 0, jt0 = 0;
+  };
+
+  // Packs the A block rows [ic, ic1) of panel p (unless pack_a is false: ablock already holds
+  // it) and runs the micro-kernel on its tiles against the packed B micro-panels bp0 (ntl of
+  // them, kl x NR each, `bstride` apart).
   static void run_block(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
                         std::int64_t ic, std::int64_t ic1, std::int64_t jc, std::int64_t j1,
                         std::int64_t ntl, std::int64_t p, const float* bp0, std::int64_t bstride,
-                        float* ablock, std::int64_t astride, float* stk, float* slots,
-                        std::size_t slot_level, std::int64_t ntiles_nc, const NextA& na,
-                        const NextB& nb) {
+                        float* ablock, std::int64_t astride, bool pack_a, float* stk,
+                        const Slots& sl, const NextA& na, const NextB& nb) {
     const KPanel& pan = pl.panels[p];
     const std::int64_t pc = pan.pc, kl = pan.kl;
     const bool last = p == pl.npanels - 1;
@@ -619,7 +639,7 @@ struct Driver {
     // slot its result goes to.
     const int nadds = pl.canonical ? pan.adds : 0;
     const int dst_level = pan.depth - nadds;
-    pack_a_block(g, pl.rk, pl.inplace, ic, ic1, pc, kl, ablock, astride);
+    if (pack_a) pack_a_block(g, pl.rk, pl.inplace, ic, ic1, pc, kl, ablock, astride);
     const std::int64_t btiles = ceil_div(ic1 - ic, MR);
     const std::int64_t calls = btiles * ntl;
     for (std::int64_t bt = 0; bt < btiles; ++bt) {
@@ -637,27 +657,36 @@ struct Driver {
         const float* bp = bp0 + jt * bstride;
         float* cdst = g.C + r0 * g.ldc + c0;
         const float* cnext = next_c_tile(g, pl, ic, i1, jc, j1, ntl, call + pl.cpf, calls, last);
-        const auto kernel = [&]<class A>(const float* a, std::int64_t lda) {
+        const auto kernel = [&]<class K, class A>(const float* a, std::int64_t lda) {
           if (pl.canonical) {
-            const std::size_t tile_off = static_cast<std::size_t>((it * ntiles_nc + jt) * TILE);
+            const std::size_t tile_off =
+                static_cast<std::size_t>((it * sl.width + sl.jt0 + jt) * TILE);
             const float* tadds[64];
             for (int i = 0; i < nadds; ++i)
-              tadds[i] = slots + (pan.depth - 1 - i) * slot_level + tile_off;
-            float* slot = last ? nullptr : slots + dst_level * slot_level + tile_off;
-            Kern::template canon_panel<A>(pan.nleaves, pl.leaf_len + pan.leaf0,
-                                          pl.leaf_merges + pan.leaf0, a, lda, bp, stk,
-                                          tadds, nadds, slot, cdst, g.ldc, rows, cols,
-                                          cnext);
+              tadds[i] = sl.base + (pan.depth - 1 - i) * sl.level + tile_off;
+            float* slot = last ? nullptr : sl.base + dst_level * sl.level + tile_off;
+            K::template canon_panel<A>(pan.nleaves, pl.leaf_len + pan.leaf0,
+                                       pl.leaf_merges + pan.leaf0, a, lda, bp, stk, tadds,
+                                       nadds, slot, cdst, g.ldc, rows, cols, cnext);
           } else {
-            Kern::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols, cnext);
+            K::template chain_panel<A>(kl, a, lda, bp, p == 0, cdst, g.ldc, rows, cols, cnext);
           }
         };
+        // The packed A micro-panel, read by kernel K (any row count up to MR).
+        const auto packed = [&]<class K>() {
+          if (pl.rk)
+            kernel.template operator()<K, typename K::template APacked<ARS_RK, 1>>(ap, 0);
+          else
+            kernel.template operator()<K, typename K::template APacked<1, MR>>(ap, 0);
+        };
         if (pl.inplace && rows == MR)
-          kernel.template operator()<typename Kern::AInPlace>(g.A + r0 * g.lda + pc, g.lda);
-        else if (pl.rk)
-          kernel.template operator()<typename Kern::template APacked<ARS_RK, 1>>(ap, 0);
+          kernel.template operator()<Kern, typename Kern::AInPlace>(g.A + r0 * g.lda + pc, g.lda);
+        else if (MR > 4 && rows <= 4)
+          packed.template operator()<Kern4>();
+        else if (MR > 8 && rows <= 8)
+          packed.template operator()<Kern8>();
         else
-          kernel.template operator()<typename Kern::template APacked<1, MR>>(ap, 0);
+          packed.template operator()<Kern>();
       }
     }
   }
@@ -712,15 +741,19 @@ struct Driver {
   }
 
   // The sequential algorithm on the C rectangle rows [i0, i1) x columns [j0, j1), i0 and j0
-  // multiples of MR and NR; op(B) is packed together with `team` (see Team). Per column
-  // block of nc, one of two loop orders:
-  //  * B resident (op(B)[K, block] packed fits pl.bfull floats, several panels): pack the whole
-  //    block of B once, then for each mc-row block run all K panels in turn, so the block's
-  //    counter slots (or C partial chains) stay in L2;
-  //  * otherwise (Goto order): for each K panel pack the B panel (kl x nc, L2), then for each
-  //    mc-row block pack its A micro-panels and run the kernels.
-  // Either way the A micro-panel sits in L1 across a row of tiles, B micro-panels stream from
-  // L2, and the sources of the next packs are prefetched while the kernels run.
+  // multiples of MR and NR; op(B) is packed together with `team` (see Team). Three loop orders:
+  //  * B resident (per column block of nc, when op(B)[K, block] packed fits pl.bfull floats
+  //    and K has several panels): pack the whole block of B once, then for each mc-row block
+  //    run all K panels in turn, so the block's counter slots (or C partial chains) stay in L2;
+  //  * A once (one thread, all rows in one mc block, several column blocks, K not resident):
+  //    for each K panel pack the A block once, then for each column block pack its B panel
+  //    and run the kernels; the slots hold every column block's tiles (the A block would
+  //    otherwise be packed again for each column block: M = 256 of a weight gradient);
+  //  * otherwise (Goto order, per column block): for each K panel pack the B panel (kl x nc,
+  //    L2), then for each mc-row block pack its A micro-panels and run the kernels.
+  // Each way the A micro-panel sits in L1 across a row of tiles, B micro-panels stream from
+  // L2, and the sources of the next packs are prefetched while the kernels run. Which order
+  // runs changes speed only: each C element's panels run in K's order whichever it is.
   static void run_rect(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
                        std::int64_t j0, std::int64_t j1, const Team& team = Team{}) {
     if (i1 <= i0 || j1 <= j0) return;
@@ -728,87 +761,135 @@ struct Driver {
     const std::int64_t mtiles = ceil_div(i1 - i0, MR);
     const std::int64_t nc = nc_for(pl, j0, j1);
     const std::int64_t mc = std::min(pl.mc, mtiles * MR);
-    const std::int64_t ntiles_nc = nc / NR;
     // KR micro-panels sit kmax * MR + 16 floats apart: at a multiple of 4 KiB apart, the
     // pack's row-by-row writes to all of them would land in one L1 set.
     const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR + 16;
     const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
+    const bool a_once = !resident && team.nth == 1 && mtiles * MR <= mc && j1 - j0 > nc;
     static thread_local Scratch abuf, bbuf, kbuf, sbuf;
-    float* ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
-    float* bpack = team.nth > 1 ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
+    Work w;
+    w.ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
+    w.astride = astride;
+    w.bpack = team.nth > 1 ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
     // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
     // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
     // first B loads would stall them (4K aliasing).
     float* stk = kbuf.get(static_cast<std::size_t>((pl.stack + 2) * TILE + 2048));
-    stk += ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) / sizeof(float);
-    const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * ntiles_nc;
-    const std::size_t slot_level = static_cast<std::size_t>(slot_tiles * TILE);
-    float* slots = pl.levels ? sbuf.get(pl.levels * slot_level) : nullptr;
-
+    w.stk = stk + ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) /
+                      sizeof(float);
+    w.slots.width = a_once ? ceil_div(j1 - j0, NR) : nc / NR;
+    const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * w.slots.width;
+    w.slots.level = static_cast<std::size_t>(slot_tiles * TILE);
+    w.slots.base = pl.levels ? sbuf.get(pl.levels * w.slots.level) : nullptr;
+    if (a_once) return run_a_once(g, pl, i0, i1, j0, j1, nc, w);
     for (std::int64_t jc = j0; jc < j1; jc += nc) {
-      const std::int64_t ncur = std::min(nc, j1 - jc);
-      const std::int64_t ntl = ceil_div(ncur, NR);
-      if (resident) {
-        // B micro-panel jt of panel p lives at bpack + (jt * K + pc) * NR.
-        if (jc != j0) team.barrier();  // everyone is done reading the previous block
-        for (std::int64_t p = 0; p < pl.npanels; ++p) {
-          const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
-          // pack_b_panel writes micro-panels kl * NR apart; pack each panel's micro-panels
-          // into a K-long column stripe instead.
-          for (std::int64_t jt = 0; jt < ntl; ++jt)
-            if (team.mine(jt))
-              pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, jc + ncur - jc - jt * NR),
-                           pc, kl, bpack + (jt * g.K + pc) * NR);
-        }
-        team.barrier();
-        team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
-          for (std::int64_t p = 0; p < pl.npanels; ++p) {
-            NextA na;
-            if (p + 1 < pl.npanels)
-              na = {ic, ic1, pl.pc(p + 1), pl.kl(p + 1)};
-            else if (ic1 < i1)
-              na = {ic1, std::min(ic1 + mc, i1), 0, pl.kl(0)};
-            // Slots are per block here: tile index relative to this block.
-            run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, bpack + pl.pc(p) * NR, g.K * NR,
-                      ablock, astride, stk, slots, slot_level, ntiles_nc, na, NextB{});
-          }
-        });
-        continue;
-      }
+      if (resident)
+        run_b_resident(g, pl, i0, i1, j0, j1, jc, nc, mc, team, w);
+      else
+        run_goto(g, pl, i0, i1, j0, j1, jc, nc, mc, team, w);
+    }
+  }
+
+  // run_rect's buffers: the packed A block, the packed B, the intra-panel stack, the slots.
+  struct Work {
+    float* ablock = nullptr;
+    std::int64_t astride = 0;
+    float* bpack = nullptr;
+    float* stk = nullptr;
+    Slots slots;
+  };
+
+  // Packs op(B) columns [jc, jc + ncur) x k [pc, pc + kl): one member's share of the team's
+  // micro-panels, `stride` floats apart from bpack (nth == 1: all of them).
+  static void pack_b_share(const GemmArgs& g, const Team& team, std::int64_t jc,
+                           std::int64_t ncur, std::int64_t pc, std::int64_t kl, float* bpack,
+                           std::int64_t stride) {
+    if (team.nth == 1 && stride == kl * NR) return pack_b_panel(g, jc, ncur, pc, kl, bpack);
+    for (std::int64_t jt = 0; jt < ceil_div(ncur, NR); ++jt)
+      if (team.mine(jt))
+        pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, ncur - jt * NR), pc, kl,
+                     bpack + jt * stride);
+  }
+
+  // The B-resident order on the column block at jc (run_rect).
+  static void run_b_resident(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
+                             std::int64_t j0, std::int64_t j1, std::int64_t jc, std::int64_t nc,
+                             std::int64_t mc, const Team& team, const Work& w) {
+    const std::int64_t ncur = std::min(nc, j1 - jc), ntl = ceil_div(ncur, NR);
+    // B micro-panel jt of panel p lives at bpack + (jt * K + pc) * NR.
+    if (jc != j0) team.barrier();  // everyone is done reading the previous block
+    for (std::int64_t p = 0; p < pl.npanels; ++p)
+      pack_b_share(g, team, jc, ncur, pl.pc(p), pl.kl(p), w.bpack + pl.pc(p) * NR, g.K * NR);
+    team.barrier();
+    team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
       for (std::int64_t p = 0; p < pl.npanels; ++p) {
-        const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
-        const bool last = p == pl.npanels - 1;
-        if (team.nth == 1) {
-          pack_b_panel(g, jc, ncur, pc, kl, bpack);
-        } else {
-          if (jc != j0 || p != 0) team.barrier();  // everyone is done reading the last panel
-          for (std::int64_t jt = 0; jt < ntl; ++jt)
-            if (team.mine(jt))
-              pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, ncur - jt * NR), pc, kl,
-                           bpack + jt * kl * NR);
-          team.barrier();
-        }
-        // What the next pack_b_panel will read: the next panel, or the next column block's.
-        NextB nb;
-        nb.parts = ceil_div(i1 - i0, mc);
-        if (!last)
-          nb.pc = pl.pc(p + 1), nb.kl = pl.kl(p + 1), nb.j0 = jc,
-          nb.j1 = j1 < jc + nc ? j1 : jc + nc;
+        NextA na;
+        if (p + 1 < pl.npanels)
+          na = {ic, ic1, pl.pc(p + 1), pl.kl(p + 1)};
+        else if (ic1 < i1)
+          na = {ic1, std::min(ic1 + mc, i1), 0, pl.kl(0)};
+        // Slots are per block here: tile index relative to this block.
+        run_block(g, pl, ic, ic1, ic, ic1, jc, j1, ntl, p, w.bpack + pl.pc(p) * NR, g.K * NR,
+                  w.ablock, w.astride, true, w.stk, w.slots, na, NextB{});
+      }
+    });
+  }
+
+  // The Goto order on the column block at jc (run_rect).
+  static void run_goto(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
+                       std::int64_t j0, std::int64_t j1, std::int64_t jc, std::int64_t nc,
+                       std::int64_t mc, const Team& team, const Work& w) {
+    const std::int64_t ncur = std::min(nc, j1 - jc), ntl = ceil_div(ncur, NR);
+    for (std::int64_t p = 0; p < pl.npanels; ++p) {
+      const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
+      const bool last = p == pl.npanels - 1;
+      if (jc != j0 || p != 0) team.barrier();  // everyone is done reading the last panel
+      pack_b_share(g, team, jc, ncur, pc, kl, w.bpack, kl * NR);
+      team.barrier();
+      // What the next pack_b_panel will read: the next panel, or the next column block's.
+      NextB nb;
+      nb.parts = ceil_div(i1 - i0, mc);
+      if (!last)
+        nb.pc = pl.pc(p + 1), nb.kl = pl.kl(p + 1), nb.j0 = jc,
+        nb.j1 = j1 < jc + nc ? j1 : jc + nc;
+      else if (jc + nc < j1)
+        nb.pc = 0, nb.kl = pl.kl(0), nb.j0 = jc + nc, nb.j1 = std::min(jc + 2 * nc, j1);
+      team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
+        NextA na;
+        if (ic1 < i1)
+          na = {ic1, std::min(ic1 + mc, i1), pc, kl};
+        else if (!last)
+          na = {i0, std::min(i0 + mc, i1), pl.pc(p + 1), pl.kl(p + 1)};
         else if (jc + nc < j1)
-          nb.pc = 0, nb.kl = pl.kl(0), nb.j0 = jc + nc,
-          nb.j1 = std::min(jc + 2 * nc, j1);
-        team.for_blocks((jc - j0) / nc, i0, i1, mc, [&](std::int64_t ic, std::int64_t ic1) {
-          NextA na;
-          if (ic1 < i1)
-            na = {ic1, std::min(ic1 + mc, i1), pc, kl};
-          else if (!last)
-            na = {i0, std::min(i0 + mc, i1), pl.pc(p + 1), pl.kl(p + 1)};
-          else if (jc + nc < j1)
-            na = {i0, std::min(i0 + mc, i1), 0, pl.kl(0)};
-          nb.part = (ic - i0) / mc;
-          run_block(g, pl, i0, i1, ic, ic1, jc, j1, ntl, p, bpack, kl * NR, ablock, astride, stk,
-                    slots, slot_level, ntiles_nc, na, nb);
-        });
+          na = {i0, std::min(i0 + mc, i1), 0, pl.kl(0)};
+        nb.part = (ic - i0) / mc;
+        run_block(g, pl, i0, i1, ic, ic1, jc, j1, ntl, p, w.bpack, kl * NR, w.ablock, w.astride,
+                  true, w.stk, w.slots, na, nb);
+      });
+    }
+  }
+
+  // The A-once order (run_rect): one thread, rows [i0, i1) in one block.
+  static void run_a_once(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
+                         std::int64_t j0, std::int64_t j1, std::int64_t nc, Work w) {
+    for (std::int64_t p = 0; p < pl.npanels; ++p) {
+      const std::int64_t pc = pl.pc(p), kl = pl.kl(p);
+      for (std::int64_t jc = j0; jc < j1; jc += nc) {
+        const std::int64_t ncur = std::min(nc, j1 - jc);
+        const bool last_block = jc + nc >= j1;
+        pack_b_panel(g, jc, ncur, pc, kl, w.bpack);
+        // What the next packs read: this panel's next B block, or the next panel's first B
+        // block and its A block.
+        NextB nb;
+        NextA na;
+        if (!last_block)
+          nb.pc = pc, nb.kl = kl, nb.j0 = jc + nc, nb.j1 = std::min(jc + 2 * nc, j1);
+        else if (p + 1 < pl.npanels)
+          nb.pc = pl.pc(p + 1), nb.kl = pl.kl(p + 1), nb.j0 = j0, nb.j1 = std::min(j0 + nc, j1),
+          na = {i0, i1, pl.pc(p + 1), pl.kl(p + 1)};
+        w.slots.jt0 = (jc - j0) / NR;
+        run_block(g, pl, i0, i1, i0, i1, jc, j1, ceil_div(ncur, NR), p, w.bpack, kl * NR,
+                  w.ablock, w.astride, jc == j0, w.stk, w.slots, na, nb);
       }
     }
   }

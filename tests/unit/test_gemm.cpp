@@ -573,6 +573,56 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
   }
 }
 
+// A last row tile of 1-4 or 5-8 rows runs on the 4- and 8-row kernels (runtime/gemm_kernel.hpp,
+// Kern4 / Kern8), and a rectangle whose rows fit one mc block but whose columns span several
+// nc blocks runs in the A-once order (the A block packed once per K panel, the slots holding
+// every column block). Both must give the reference's bits (canonical) and one FMA chain per
+// element (chain), on every ISA path, at 1 and 2 threads, in one and several K panels.
+TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order") {
+  TuningGuard guard;
+  std::uint64_t s = 11;
+  struct Case {
+    std::int64_t M, N, K;
+    GemmTuning tuning;
+  };
+  const GemmTuning narrow{64, 32, 264, 0, true, 2};  // kc 64, nc 32: many panels and blocks
+  std::vector<Case> cases;
+  for (std::int64_t M : {1, 3, 4, 5, 8, 9, 16, 20, 28, 36})
+    cases.push_back({M, 100, 300, narrow});
+  cases.push_back({100, 1100, 600, GemmTuning{}});  // default tuning: 3 column blocks
+  cases.push_back({256, 96, 130, GemmTuning{64, 32, 264, 0, true, 0}});  // 4 rows past 252
+  for (const Case& c : cases) {
+    const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+    const Problem p = make_problem(ta, tb, c.M, c.N, c.K, splitmix64(s) % 3, splitmix64(s),
+                                   Fill::wide);
+    const int B = 64;
+    const auto want =
+        compact(run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p), c.M, c.N, p.ldc);
+    std::vector<float> chain(static_cast<std::size_t>(c.M * c.N));
+    for (std::int64_t i = 0; i < c.M; ++i)
+      for (std::int64_t j = 0; j < c.N; ++j) {
+        float acc = -0.0f;
+        for (std::int64_t k = 0; k < c.K; ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
+        chain[i * c.N + j] = acc;
+      }
+    set_gemm_tuning(c.tuning);
+    for (Isa isa : supported_isas()) {
+      for (int threads : {1, 2}) {
+        INFO("isa=" << isa_name(isa) << " threads=" << threads << " " << tname(ta) << tname(tb)
+                    << " " << c.M << "x" << c.N << "x" << c.K << " nc=" << c.tuning.nc);
+        const auto got =
+            compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), c.M, c.N, p.ldc);
+        INFO(first_diff(got, want));
+        REQUIRE(same_bits(got, want));
+        const auto got_chain =
+            compact(run(KernelCtx{isa, threads, B}, GemmImpl::chain, p), c.M, c.N, p.ldc);
+        INFO(first_diff(got_chain, chain));
+        REQUIRE(same_bits(got_chain, chain));
+      }
+    }
+  }
+}
+
 // A read in place (GemmTuning::a_in_place, runtime/gemm_kernel.hpp rows_spread): with A on a
 // 64-byte boundary and row strides whose rows spread over L1's sets (256, 768 floats, and 300,
 // which is not a multiple of a line), full micro-panels are read where they are and a last
