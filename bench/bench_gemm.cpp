@@ -129,6 +129,12 @@ std::vector<GemmShape> all_shapes() {
       {"g-dgrad-fc1", 1024, 768, 3072, Trans::N, Trans::N},
       {"g-wgrad-1seq", 768, 768, 1024, Trans::T, Trans::N, 1024},
       {"g-wgrad-12seq", 768, 768, 12288, Trans::T, Trans::N, 1024},
+      // gpt2-small's LM head (vocabulary 50304, tied to the embedding), a quarter of the
+      // model's FLOPs, per sequence: forward K = 768, input grad K = 50304 (786 blocks),
+      // weight grad K = 1024 tokens. 79 GFLOP per call: slow to run, so a set of its own.
+      {"g-head-fwd", 1024, 50304, 768, Trans::N, Trans::T},
+      {"g-head-dgrad", 1024, 768, 50304, Trans::N, Trans::N},
+      {"g-head-wgrad", 50304, 768, 1024, Trans::T, Trans::N, 1024},
   };
 }
 
@@ -190,8 +196,9 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads_s, "comma list of thread counts");
   app.add_option("--shapes", shapes_s,
                  "comma list of shape names (e.g. 4096x256x256,512), 'model', 'squares', "
-                 "'small' (bench-small's GEMMs), 'gpt2' (gpt2-small's) or 'all'; custom "
-                 "MxNxK[:TATB] also accepted, e.g. 300x200x100:NT");
+                 "'small' (bench-small's GEMMs), 'gpt2' (gpt2-small's blocks), 'gpt2-head' "
+                 "(its LM head) or 'all'; custom MxNxK[:TATB] also accepted, e.g. "
+                 "300x200x100:NT");
   app.add_option("--reps", reps, "trials per impl and shape (median reported)");
   app.add_option("--min-time", min_time, "seconds per trial (calls repeat until reached)");
   app.add_option("--clock", clock_s,
@@ -242,7 +249,9 @@ int main(int argc, char** argv) {
       } else if (name == "small") {
         shapes.insert(shapes.end(), known.begin() + 8, known.begin() + 17);
       } else if (name == "gpt2") {
-        shapes.insert(shapes.end(), known.begin() + 17, known.end());
+        shapes.insert(shapes.end(), known.begin() + 17, known.begin() + 22);
+      } else if (name == "gpt2-head") {
+        shapes.insert(shapes.end(), known.begin() + 22, known.end());
       } else {
         auto it = std::find_if(known.begin(), known.end(),
                                [&](const GemmShape& s) { return s.name == name; });
