@@ -372,6 +372,10 @@ struct Driver {
   static constexpr int TILE = Kern::TILE;
   static constexpr std::int64_t KCMAX_RK = 512;
   static constexpr int ARS_RK = KCMAX_RK + 16;  // pad rows apart to spread L1 sets
+  // The A-once order's column span, in nc blocks: its slots take that many times the Goto
+  // order's memory (8: at most 4.3 MB per slot level for 264 rows at nc 512), and its A
+  // block is packed once per span and K panel instead of once per column block.
+  static constexpr std::int64_t kAOnceBlocks = 8;
   // Kernels of 4 and 8 rows for a block's last row tile when it has that few rows (M = 256
   // leaves 4 of AVX-512's 12, 512 leaves 8): the full tile would spend 8 or 4 rows of FMAs on
   // zero padding, 3% of 256x1024x4096. They read the same packed A layout (MR values per
@@ -746,9 +750,10 @@ struct Driver {
   //    and K has several panels): pack the whole block of B once, then for each mc-row block
   //    run all K panels in turn, so the block's counter slots (or C partial chains) stay in L2;
   //  * A once (one thread, all rows in one mc block, several column blocks, K not resident):
-  //    for each K panel pack the A block once, then for each column block pack its B panel
-  //    and run the kernels; the slots hold every column block's tiles (the A block would
-  //    otherwise be packed again for each column block: M = 256 of a weight gradient);
+  //    per span of up to kAOnceBlocks column blocks, for each K panel pack the A block once,
+  //    then for each column block pack its B panel and run the kernels; the slots hold the
+  //    span's tiles (the A block would otherwise be packed again for each column block:
+  //    M = 256 of a weight gradient);
   //  * otherwise (Goto order, per column block): for each K panel pack the B panel (kl x nc,
   //    L2), then for each mc-row block pack its A micro-panels and run the kernels.
   // Each way the A micro-panel sits in L1 across a row of tiles, B micro-panels stream from
@@ -777,11 +782,18 @@ struct Driver {
     float* stk = kbuf.get(static_cast<std::size_t>((pl.stack + 2) * TILE + 2048));
     w.stk = stk + ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) /
                       sizeof(float);
-    w.slots.width = a_once ? ceil_div(j1 - j0, NR) : nc / NR;
+    // A once: the slots span up to kAOnceBlocks column blocks (that many times the Goto
+    // order's), so the columns run in spans of that many blocks.
+    const std::int64_t span = kAOnceBlocks * nc;
+    w.slots.width = a_once ? ceil_div(std::min(j1 - j0, span), NR) : nc / NR;
     const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * w.slots.width;
     w.slots.level = static_cast<std::size_t>(slot_tiles * TILE);
     w.slots.base = pl.levels ? sbuf.get(pl.levels * w.slots.level) : nullptr;
-    if (a_once) return run_a_once(g, pl, i0, i1, j0, j1, nc, w);
+    if (a_once) {
+      for (std::int64_t js = j0; js < j1; js += span)
+        run_a_once(g, pl, i0, i1, js, std::min(js + span, j1), nc, w);
+      return;
+    }
     for (std::int64_t jc = j0; jc < j1; jc += nc) {
       if (resident)
         run_b_resident(g, pl, i0, i1, j0, j1, jc, nc, mc, team, w);
@@ -869,7 +881,7 @@ struct Driver {
     }
   }
 
-  // The A-once order (run_rect): one thread, rows [i0, i1) in one block.
+  // The A-once order (run_rect) on columns [j0, j1): one thread, rows [i0, i1) in one block.
   static void run_a_once(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
                          std::int64_t j0, std::int64_t j1, std::int64_t nc, Work w) {
     for (std::int64_t p = 0; p < pl.npanels; ++p) {

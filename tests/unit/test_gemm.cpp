@@ -576,7 +576,7 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
 // A last row tile of 1-4 or 5-8 rows runs on the 4- and 8-row kernels (runtime/gemm_kernel.hpp,
 // Kern4 / Kern8), and a rectangle whose rows fit one mc block but whose columns span several
 // nc blocks runs in the A-once order (the A block packed once per K panel, the slots holding
-// every column block). Both must give the reference's bits (canonical) and one FMA chain per
+// every column block of a span of up to 8). Both must give the reference's bits (canonical) and one FMA chain per
 // element (chain), on every ISA path, at 1 and 2 threads, in one and several K panels.
 TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order") {
   TuningGuard guard;
@@ -590,6 +590,7 @@ TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order")
   for (std::int64_t M : {1, 3, 4, 5, 8, 9, 16, 20, 28, 36})
     cases.push_back({M, 100, 300, narrow});
   cases.push_back({100, 1100, 600, GemmTuning{}});  // default tuning: 3 column blocks
+  cases.push_back({20, 330, 300, narrow});  // 11 column blocks: A-once spans of 8 and 3
   cases.push_back({256, 96, 130, GemmTuning{64, 32, 264, 0, true, 0}});  // 4 rows past 252
   for (const Case& c : cases) {
     const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
