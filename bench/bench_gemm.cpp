@@ -47,8 +47,9 @@ struct GemmShape {
 // experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@ncN" the B panel
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
 // only), "@cpN" the C prefetch distance in kernel calls (0: off); suffixes chain
-// (canonical@nc256@mc96). 0 / -1 = the run's tuning (for @cp: -1 only).
-// Tuning overrides, from the command line or an impl's suffixes: 0 / -1 = keep the value.
+// (canonical@nc256@mc96).
+// Tuning overrides, from the command line or an impl's suffixes: 0 (kc, nc, mc) or -1
+// (resident, c_prefetch) = keep the run's value.
 struct TuningOverrides {
   std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1;
   GemmTuning apply(GemmTuning t) const {

@@ -122,6 +122,18 @@ float b_at(const Problem& p, std::int64_t k, std::int64_t j) {
   return p.tb == Trans::N ? p.B[k * p.ldb + j] : p.B[j * p.ldb + k];
 }
 
+// The chain contract, literally: per C element one FMA chain over all of K from -0.0 (M x N).
+std::vector<float> literal_chain(const Problem& p) {
+  std::vector<float> out(static_cast<std::size_t>(p.M * p.N));
+  for (std::int64_t i = 0; i < p.M; ++i)
+    for (std::int64_t j = 0; j < p.N; ++j) {
+      float acc = -0.0f;
+      for (std::int64_t k = 0; k < p.K; ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
+      out[i * p.N + j] = acc;
+    }
+  return out;
+}
+
 const char* tname(Trans t) {
   return t == Trans::N ? "N" : "T";
 }
@@ -416,13 +428,7 @@ TEST_CASE("chain GEMM equals a literal single FMA chain per element") {
                        K = kK[splitmix64(s) % 11];
     const Problem p =
         make_problem(ta, tb, M, N, K, rep % 4, splitmix64(s), static_cast<Fill>(rep % 3));
-    std::vector<float> want(static_cast<std::size_t>(M * N));
-    for (std::int64_t i = 0; i < M; ++i)
-      for (std::int64_t j = 0; j < N; ++j) {
-        float acc = -0.0f;
-        for (std::int64_t k = 0; k < K; ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
-        want[i * N + j] = acc;
-      }
+    const std::vector<float> want = literal_chain(p);
     for (Isa isa : supported_isas()) {
       for (auto kc : {256, 64, 7}) {
         const int cpf = rep % 3;  // C tile prefetch distance (0: off)
@@ -576,8 +582,9 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
 // A last row tile of 1-4 or 5-8 rows runs on the 4- and 8-row kernels (runtime/gemm_kernel.hpp,
 // Kern4 / Kern8), and a rectangle whose rows fit one mc block but whose columns span several
 // nc blocks runs in the A-once order (the A block packed once per K panel, the slots holding
-// every column block of a span of up to 8). Both must give the reference's bits (canonical) and one FMA chain per
-// element (chain), on every ISA path, at 1 and 2 threads, in one and several K panels.
+// every column block of a span of up to 8). Both must give the reference's bits (canonical)
+// and one FMA chain per element (chain), on every ISA path, at 1 and 2 threads, in one and
+// several K panels.
 TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order") {
   TuningGuard guard;
   std::uint64_t s = 11;
@@ -599,13 +606,7 @@ TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order")
     const int B = 64;
     const auto want =
         compact(run(KernelCtx{Isa::scalar, 1, B}, GemmImpl::reference, p), c.M, c.N, p.ldc);
-    std::vector<float> chain(static_cast<std::size_t>(c.M * c.N));
-    for (std::int64_t i = 0; i < c.M; ++i)
-      for (std::int64_t j = 0; j < c.N; ++j) {
-        float acc = -0.0f;
-        for (std::int64_t k = 0; k < c.K; ++k) acc = std::fma(a_at(p, i, k), b_at(p, k, j), acc);
-        chain[i * c.N + j] = acc;
-      }
+    const std::vector<float> chain = literal_chain(p);
     set_gemm_tuning(c.tuning);
     for (Isa isa : supported_isas()) {
       for (int threads : {1, 2}) {
