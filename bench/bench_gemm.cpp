@@ -46,18 +46,20 @@ struct GemmShape {
 // Suffixes run the impl with its own tuning, interleaved with the other impls (tuning
 // experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@ncN" the B panel
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
-// only), "@cpN" the C prefetch distance in kernel calls (0: off); suffixes chain
-// (canonical@nc256@mc96).
+// only), "@cpN" the C prefetch distance in kernel calls (0: off), "@spillN" the slot floats
+// past which canonical takes the B-resident order for larger blocks (0: never); suffixes
+// chain (canonical@nc256@mc96).
 // Tuning overrides, from the command line or an impl's suffixes: 0 (kc, nc, mc) or -1
-// (resident, c_prefetch) = keep the run's value.
+// (resident, c_prefetch, spill) = keep the run's value.
 struct TuningOverrides {
-  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1;
+  std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1, spill = -1;
   GemmTuning apply(GemmTuning t) const {
     if (kc > 0) t.kc_target = kc;
     if (nc > 0) t.nc = nc;
     if (mc > 0) t.mc = mc;
     if (resident >= 0) t.b_resident_floats = resident;
     if (c_prefetch >= 0) t.c_prefetch = c_prefetch;
+    if (spill >= 0) t.slot_spill_floats = spill;
     return t;
   }
 };
@@ -89,10 +91,13 @@ BenchImpl parse_bench_impl(const std::string& name) {
       bi.tuning.resident = value(3);
     else if (opt.rfind("cp", 0) == 0)
       bi.tuning.c_prefetch = value(2);
+    else if (opt.rfind("spill", 0) == 0)
+      bi.tuning.spill = value(5);
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
            "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height), @resN "
-           "(B-resident limit in floats) or @cpN (C prefetch distance)");
+           "(B-resident limit in floats), @cpN (C prefetch distance) or @spillN (slot floats "
+           "past which canonical takes the B-resident order for larger blocks)");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2, {}};
@@ -215,6 +220,9 @@ int main(int argc, char** argv) {
                  "override the B-resident loop order limit in floats (0 = off)");
   app.add_option("--c-prefetch", cli_tuning.c_prefetch,
                  "override how many kernel calls ahead the C tile is prefetched (0 = off)");
+  app.add_option("--slot-spill", cli_tuning.spill,
+                 "override the slot floats past which canonical takes the B-resident order for "
+                 "larger blocks (0 = never)");
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
                  "1: read A rows in place where they spread over L1 (default); 0: always copy")

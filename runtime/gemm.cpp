@@ -191,6 +191,10 @@ void set_gemm_tuning(const GemmTuning& t) {
         "pass positive panel sizes (defaults: kc_target 256, nc 512, mc 264)");
   check(t.c_prefetch >= 0, "GEMM tuning c_prefetch=" + std::to_string(t.c_prefetch) + " is negative",
         "pass 0 (off) or how many kernel calls ahead to prefetch C (default 2)");
+  check(t.b_resident_floats >= 0 && t.slot_spill_floats >= 0,
+        "GEMM tuning b_resident_floats=" + std::to_string(t.b_resident_floats) +
+            " slot_spill_floats=" + std::to_string(t.slot_spill_floats) + " must not be negative",
+        "pass 0 (off) or a number of floats (defaults 2^18 and 2^23)");
   gemm_detail::g_tuning = t;
 }
 

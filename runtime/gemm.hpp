@@ -85,6 +85,12 @@ struct GemmTuning {
   // many calls later in its mc x nc block (0: off): canonical in the last K panel, chain in
   // every panel (it reads C back at each).
   std::int64_t c_prefetch = 2;
+  // Canonical: when the Goto order's counter slots (slot levels x M x nc floats, every
+  // thread's together) would pass this many floats (default 2^23 = 32 MiB, an L3's worth on
+  // the hosts measured), they travel to memory and back at every K panel (an LM head's weight
+  // gradient, M = 50304: 100 MiB per level); the B-resident order, whose slots stay in L2,
+  // then runs for blocks of up to 4 * b_resident_floats. 0: never.
+  std::int64_t slot_spill_floats = 1 << 23;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);

@@ -576,7 +576,7 @@ struct Driver {
 
   struct Plan {
     bool canonical;
-    std::int64_t kmax, npanels, nc, mc, bfull;
+    std::int64_t kmax, npanels, nc, mc, bfull, spill;
     int stack, levels;  // intra-panel stack depth, panel-level slot count
     bool rk;
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
@@ -734,11 +734,19 @@ struct Driver {
   // crosses row blocks, and there are at least two blocks per member to balance.
   static bool dealable(const GemmArgs& g, const Plan& pl, int threads, std::int64_t nc) {
     const std::int64_t mc = std::min(pl.mc, ceil_div(g.M, MR) * MR);
-    return (pl.npanels == 1 || g.K * nc <= pl.bfull) && ceil_div(g.M, mc) >= 2 * threads;
+    return (pl.npanels == 1 || resident(g, pl, nc)) && ceil_div(g.M, mc) >= 2 * threads;
+  }
+  // Whether the B-resident order runs on column blocks of nc (run_rect): K has several panels
+  // and the packed op(B) block has at most pl.bfull floats, or 4 times that where the Goto
+  // order's slots would spill (GemmTuning::slot_spill_floats). A function of the whole GEMM,
+  // not of a thread's rectangle, so that every member of a team takes the same order.
+  static bool resident(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
+    if (pl.npanels <= 1) return false;
+    const bool spills = pl.spill > 0 && pl.levels * g.M * nc > pl.spill;
+    return g.K * nc <= (spills ? 4 : 1) * pl.bfull;
   }
   static std::size_t bpack_floats(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
-    const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
-    return static_cast<std::size_t>((resident ? g.K : pl.kmax) * nc);
+    return static_cast<std::size_t>((resident(g, pl, nc) ? g.K : pl.kmax) * nc);
   }
   static std::int64_t nc_for(const Plan& pl, std::int64_t j0, std::int64_t j1) {
     return std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
@@ -746,8 +754,9 @@ struct Driver {
 
   // The sequential algorithm on the C rectangle rows [i0, i1) x columns [j0, j1), i0 and j0
   // multiples of MR and NR; op(B) is packed together with `team` (see Team). Three loop orders:
-  //  * B resident (per column block of nc, when op(B)[K, block] packed fits pl.bfull floats
-  //    and K has several panels): pack the whole block of B once, then for each mc-row block
+  //  * B resident (per column block of nc, when K has several panels and the packed op(B)[K,
+  //    block] fits pl.bfull floats, or 4 times that where the Goto order's slots would spill,
+  //    see resident()): pack the whole block of B once, then for each mc-row block
   //    run all K panels in turn, so the block's counter slots (or C partial chains) stay in L2;
   //  * A once (one thread, all rows in one mc block, several column blocks, K not resident):
   //    per span of up to kAOnceBlocks column blocks, for each K panel pack the A block once,
@@ -769,7 +778,7 @@ struct Driver {
     // KR micro-panels sit kmax * MR + 16 floats apart: at a multiple of 4 KiB apart, the
     // pack's row-by-row writes to all of them would land in one L1 set.
     const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR + 16;
-    const bool resident = pl.npanels > 1 && g.K * nc <= pl.bfull;
+    const bool resident = Driver::resident(g, pl, nc);
     const bool a_once = !resident && team.nth == 1 && mtiles * MR <= mc && j1 - j0 > nc;
     static thread_local Scratch abuf, bbuf, kbuf, sbuf;
     Work w;
@@ -926,6 +935,7 @@ struct Driver {
     pl.nc = std::max<std::int64_t>(NR, tun.nc / NR * NR);
     pl.mc = std::max<std::int64_t>(MR, tun.mc / MR * MR);
     pl.bfull = tun.b_resident_floats;
+    pl.spill = pl.canonical ? tun.slot_spill_floats : 0;
     pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
     pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
     pl.cpf = tun.c_prefetch;

@@ -210,21 +210,25 @@ TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA pat
         for (Isa isa : supported_isas()) {
           if (isa == Isa::scalar && K > 129) continue;  // keeps the test quick under ASan
           for (int threads : {1, 2, 3}) {
-            // The last field: how many calls ahead the C tile is prefetched (0: off).
-            for (auto [kc, nc, mc, res, cpf] :
-                 {std::tuple<int, int, int, int, int>{256, 512, 264, 1 << 18, 2},
-                  {1, 32, 12, 0, 1},
-                  {64, 64, 24, 1 << 30, 0},
-                  {100, 96, 36, 1 << 18, 3},
-                  {700, 1000, 1000, 0, 1},
-                  {2048, 32, 7, 1 << 30, 7},
-                  {16, 64, 48, 1 << 30, 2},
-                  {64, 32, 12, 0, 0},
-                  {1000, 48, 24, 0, 1}}) {
-              set_gemm_tuning(GemmTuning{kc, nc, mc, res, true, cpf});
+            // cpf: how many calls ahead the C tile is prefetched (0: off); spill: the slot
+            // floats past which blocks of up to 4 * res floats stay resident (K = 1030 at nc
+            // 32 is 32,960 floats: resident only by that rule in the 30,000 case).
+            for (auto [kc, nc, mc, res, cpf, spill] :
+                 {std::tuple<int, int, int, int, int, int>{256, 512, 264, 1 << 18, 2, 1 << 23},
+                  {1, 32, 12, 0, 1, 1 << 23},
+                  {64, 64, 24, 1 << 30, 0, 0},
+                  {100, 96, 36, 1 << 18, 3, 1 << 23},
+                  {700, 1000, 1000, 0, 1, 1},
+                  {2048, 32, 7, 1 << 30, 7, 1 << 23},
+                  {16, 64, 48, 1 << 30, 2, 1 << 23},
+                  {64, 32, 12, 0, 0, 1 << 23},
+                  {64, 32, 24, 30000, 2, 1},
+                  {1000, 48, 24, 0, 1, 1 << 23}}) {
+              set_gemm_tuning(GemmTuning{kc, nc, mc, res, true, cpf, spill});
               INFO("isa=" << isa_name(isa) << " threads=" << threads << " kc=" << kc << " nc=" << nc
-                          << " mc=" << mc << " resident=" << res << " c_prefetch=" << cpf << " "
-                          << tname(ta) << tname(tb) << " K=" << K);
+                          << " mc=" << mc << " resident=" << res << " c_prefetch=" << cpf
+                          << " slot_spill=" << spill << " " << tname(ta) << tname(tb)
+                          << " K=" << K);
               const auto got =
                   compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), M, N, p.ldc);
               REQUIRE(same_bits(got, full));
@@ -693,7 +697,7 @@ TEST_CASE("gemm_row_stride: the smallest multiple of 16 >= cols whose rows sprea
   CHECK_THROWS(gemm_row_stride(0));
 }
 
-TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions and unknown names") {
+TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions or tunings and unknown names") {
   std::vector<float> A(16, 1.0f), B(16, 1.0f), C(16);
   REQUIRE_THROWS_AS(gemm(KernelCtx{Isa::scalar, 0, 64}, GemmImpl::canonical, Trans::N, Trans::N, 2,
                          2, 2, A.data(), 2, B.data(), 2, C.data(), 2),
@@ -708,6 +712,18 @@ TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions and unknown names
                          3, 2, A.data(), 2, B.data(), 3, C.data(), 2),
                     Error);
   REQUIRE_THROWS_AS(parse_gemm_impl("cublas"), Error);
+  {
+    TuningGuard guard;
+    GemmTuning t;
+    t.c_prefetch = -1;
+    REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
+    t = GemmTuning{};
+    t.slot_spill_floats = -1;
+    REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
+    t = GemmTuning{};
+    t.b_resident_floats = -1;
+    REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
+  }
   for (GemmImpl i : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::eigen, GemmImpl::openblas,
                      GemmImpl::reference})
     REQUIRE(parse_gemm_impl(gemm_impl_name(i)) == i);
