@@ -231,6 +231,11 @@ int main(int argc, char** argv) {
   app.add_option("--lda-pad", lda_pad,
                  "floats of padding per row of A (lda = its columns + this; layout experiment)")
       ->check(CLI::NonNegativeNumber);
+  std::int64_t ldc_pad = 0;
+  app.add_option("--ldc-pad", ldc_pad,
+                 "floats of padding per row of C (ldc = N + this; the model pads rows of 1024 to "
+                 "1088, runtime/gemm.hpp's gemm_row_stride)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -286,8 +291,9 @@ int main(int argc, char** argv) {
                          bcols = sh.tb == Trans::N ? sh.n : sh.k;
       // 64-byte aligned, as the model's activations (model/gpt_impl.hpp's buffers).
       const std::int64_t lda = acols + lda_pad;  // --lda-pad: rows of A further apart
+      const std::int64_t ldc = sh.n + ldc_pad;  // --ldc-pad: rows of C further apart
       AlignedVector<float> A(static_cast<std::size_t>(arows * lda)),
-          B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * sh.n));
+          B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * ldc));
       std::uint64_t s = 1;
       for (auto* v : {&A, &B})
         for (auto& x : *v) {
@@ -304,7 +310,7 @@ int main(int argc, char** argv) {
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
           gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols,
-               C.data(), sh.n);
+               C.data(), ldc);
         };
         // Calibrate calls per trial so one trial lasts about min_time.
         std::vector<int> calls(impls.size());
@@ -333,14 +339,16 @@ int main(int argc, char** argv) {
           std::printf(
               "{\"bench\":\"gemm\",\"impl\":\"%s\",\"tree\":\"%s\",\"seq\":%lld,"
               "\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
-              "\"k\":%lld,\"ta\":\"%s\",\"tb\":\"%s\",\"threads\":%d,\"isa\":\"%s\","
+              "\"k\":%lld,\"ta\":\"%s\",\"tb\":\"%s\",\"lda\":%lld,\"ldc\":%lld,"
+              "\"threads\":%d,\"isa\":\"%s\","
               "\"block\":%d,\"reps\":%d,\"gflops\":%.2f,\"gflops_min\":%.2f,"
               "\"gflops_max\":%.2f,\"seconds\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
               "\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
               impls[i].name.c_str(), std::string(enum_name(impls[i].tree)).c_str(),
               static_cast<long long>(sh.seq), sh.name.c_str(), static_cast<long long>(sh.m),
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
-              sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T", t, isa_name(isa), block,
+              sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T",
+              static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa), block,
               reps, flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi,
               core.c_str(), clock_s.c_str());
           std::fflush(stdout);
