@@ -47,12 +47,13 @@ struct GemmShape {
 // experiments, e.g. canonical@kc384,chain): "@kcN" the K panel target N, "@ncN" the B panel
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
 // only), "@cpN" the C prefetch distance in kernel calls (0: off), "@spillN" the slot floats
-// past which canonical takes the B-resident order for larger blocks (0: never); suffixes
-// chain (canonical@nc256@mc96).
+// past which canonical takes the B-resident order for larger blocks (0: never), "@sbN" how
+// threads splitting M get op(B) (GemmTuning::shared_b); suffixes chain (canonical@nc256@mc96).
 // Tuning overrides, from the command line or an impl's suffixes: 0 (kc, nc, mc) or -1
-// (resident, c_prefetch, spill) = keep the run's value.
+// (resident, c_prefetch, spill, shared_b) = keep the run's value.
 struct TuningOverrides {
   std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1, spill = -1;
+  int shared_b = -1;
   GemmTuning apply(GemmTuning t) const {
     if (kc > 0) t.kc_target = kc;
     if (nc > 0) t.nc = nc;
@@ -60,6 +61,7 @@ struct TuningOverrides {
     if (resident >= 0) t.b_resident_floats = resident;
     if (c_prefetch >= 0) t.c_prefetch = c_prefetch;
     if (spill >= 0) t.slot_spill_floats = spill;
+    if (shared_b >= 0) t.shared_b = shared_b;
     return t;
   }
 };
@@ -93,11 +95,14 @@ BenchImpl parse_bench_impl(const std::string& name) {
       bi.tuning.c_prefetch = value(2);
     else if (opt.rfind("spill", 0) == 0)
       bi.tuning.spill = value(5);
+    else if (opt.rfind("sb", 0) == 0)
+      bi.tuning.shared_b = static_cast<int>(value(2));
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
            "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height), @resN "
-           "(B-resident limit in floats), @cpN (C prefetch distance) or @spillN (slot floats "
-           "past which canonical takes the B-resident order for larger blocks)");
+           "(B-resident limit in floats), @cpN (C prefetch distance), @spillN (slot floats "
+           "past which canonical takes the B-resident order for larger blocks) or @sbN (0, 1, "
+           "2: how threads splitting M get op(B))");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2, {}};
@@ -223,6 +228,10 @@ int main(int argc, char** argv) {
   app.add_option("--slot-spill", cli_tuning.spill,
                  "override the slot floats past which canonical takes the B-resident order for "
                  "larger blocks (0 = never)");
+  app.add_option("--shared-b", cli_tuning.shared_b,
+                 "override how threads splitting M get op(B): 0 each packs its own, 1 shared "
+                 "where row blocks are dealt, 2 always shared")
+      ->check(CLI::Range(0, 2));
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
                  "1: read A rows in place where they spread over L1 (default); 0: always copy")

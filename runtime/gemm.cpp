@@ -195,6 +195,10 @@ void set_gemm_tuning(const GemmTuning& t) {
         "GEMM tuning b_resident_floats=" + std::to_string(t.b_resident_floats) +
             " slot_spill_floats=" + std::to_string(t.slot_spill_floats) + " must not be negative",
         "pass 0 (off) or a number of floats (defaults 2^18 and 2^23)");
+  check(t.shared_b >= 0 && t.shared_b <= 2,
+        "GEMM tuning shared_b=" + std::to_string(t.shared_b) + " is not 0, 1 or 2",
+        "pass 0 (each thread packs its own op(B)), 1 (shared where row blocks are dealt) or 2 "
+        "(always shared)");
   gemm_detail::g_tuning = t;
 }
 

@@ -91,6 +91,12 @@ struct GemmTuning {
   // gradient, M = 50304: 100 MiB per level); the B-resident order, whose slots stay in L2,
   // then runs for blocks of up to 4 * b_resident_floats. 0: never.
   std::int64_t slot_spill_floats = 1 << 23;
+  // Threads that split C along M all read the whole packed op(B). 2: the team packs it once
+  // into a shared buffer, each member a share of its micro-panels, with a barrier before and
+  // after every pack (every K panel in the Goto order); 1: shared only where the team deals
+  // its row blocks out (one K panel, or the B-resident order), elsewhere each thread packs
+  // its own op(B) and runs its rows with no barrier; 0: each thread always packs its own.
+  int shared_b = 0;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);

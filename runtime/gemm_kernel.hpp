@@ -581,6 +581,7 @@ struct Driver {
     bool rk;
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
     std::int64_t cpf;  // calls ahead whose C tile a kernel prefetches (GemmTuning::c_prefetch)
+    int shared_b;      // GemmTuning::shared_b
     const KPanel* panels;
     const std::int32_t* leaf_len;
     const std::uint8_t* leaf_merges;
@@ -697,8 +698,9 @@ struct Driver {
 
   // A team of threads that share the packed op(B): each member packs every nth-th B
   // micro-panel into `bshared` and waits at a barrier before the kernels read them (and
-  // again before the buffer is overwritten). nth == 1: private buffer, no barriers. Packing
-  // is a plain copy, so who packs which micro-panel never changes a bit.
+  // again before the buffer is overwritten). bshared == nullptr (or nth == 1): each member
+  // packs all of op(B) into its own buffer, no barriers. Packing is a plain copy, so who
+  // packs which micro-panel never changes a bit.
   // deal (optional, one counter per column block, zeroed): the team shares the whole row range
   // and each member takes the next mc-row block from the column block's counter when it is
   // free, so a member slowed down (a busy core) gets fewer blocks instead of holding the others
@@ -709,12 +711,12 @@ struct Driver {
     float* bshared = nullptr;
     std::atomic<std::int64_t>* deal = nullptr;
     void barrier() const {
-      if (nth > 1) {
+      if (nth > 1 && bshared) {
 #pragma omp barrier
       }
     }
     bool mine(std::int64_t jt) const {
-      return jt % nth == tid;
+      return !bshared || jt % nth == tid;
     }
     // Calls f(ic, ic1) for this member's mc-row blocks of [i0, i1) in column block `cb`.
     template <class F>
@@ -758,7 +760,8 @@ struct Driver {
   //    block] fits pl.bfull floats, or 4 times that where the Goto order's slots would spill,
   //    see resident()): pack the whole block of B once, then for each mc-row block
   //    run all K panels in turn, so the block's counter slots (or C partial chains) stay in L2;
-  //  * A once (one thread, all rows in one mc block, several column blocks, K not resident):
+  //  * A once (a thread that packs its own op(B), all rows in one mc block, several column
+  //    blocks, K not resident):
   //    per span of up to kAOnceBlocks column blocks, for each K panel pack the A block once,
   //    then for each column block pack its B panel and run the kernels; the slots hold the
   //    span's tiles (the A block would otherwise be packed again for each column block:
@@ -779,12 +782,13 @@ struct Driver {
     // pack's row-by-row writes to all of them would land in one L1 set.
     const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR + 16;
     const bool resident = Driver::resident(g, pl, nc);
-    const bool a_once = !resident && team.nth == 1 && mtiles * MR <= mc && j1 - j0 > nc;
+    const bool a_once = !resident && !team.bshared && !team.deal && mtiles * MR <= mc &&
+                        j1 - j0 > nc;
     static thread_local Scratch abuf, bbuf, kbuf, sbuf;
     Work w;
     w.ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
     w.astride = astride;
-    w.bpack = team.nth > 1 ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
+    w.bpack = team.bshared ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
     // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
     // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
     // first B loads would stall them (4K aliasing).
@@ -825,7 +829,7 @@ struct Driver {
   static void pack_b_share(const GemmArgs& g, const Team& team, std::int64_t jc,
                            std::int64_t ncur, std::int64_t pc, std::int64_t kl, float* bpack,
                            std::int64_t stride) {
-    if (team.nth == 1 && stride == kl * NR) return pack_b_panel(g, jc, ncur, pc, kl, bpack);
+    if (!team.bshared && stride == kl * NR) return pack_b_panel(g, jc, ncur, pc, kl, bpack);
     for (std::int64_t jt = 0; jt < ceil_div(ncur, NR); ++jt)
       if (team.mine(jt))
         pack_b_panel(g, jc + jt * NR, std::min<std::int64_t>(NR, ncur - jt * NR), pc, kl,
@@ -916,8 +920,9 @@ struct Driver {
   }
 
   // Threads split C into rectangles (never K) and run the sequential algorithm on each. The
-  // split is along M when N <= M (the team packs op(B) once into a shared buffer, each thread
-  // a share of its micro-panels, with a barrier around each pack) and along N otherwise (each
+  // split is along M when N <= M (each thread packs the whole op(B) for itself, or, as
+  // GemmTuning::shared_b says, the team packs it once into a shared buffer, each thread a
+  // share of its micro-panels, with a barrier around each pack) and along N otherwise (each
   // thread packs its own A blocks).
   static void run(const GemmArgs& g, const GemmTuning& tun, bool canonical) {
     if (g.M == 0 || g.N == 0) return;
@@ -939,20 +944,23 @@ struct Driver {
     pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
     pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
     pl.cpf = tun.c_prefetch;
+    pl.shared_b = tun.shared_b;
 
     const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
     const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;
     const std::int64_t units = split_m ? mtiles : ntiles;
     const int threads = static_cast<int>(std::min<std::int64_t>(g.threads, units));
     if (threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
-    // Split along M: every thread needs all of op(B), so the team packs it once, together,
-    // and (where no state crosses row blocks) deals the row blocks out as members get free.
-    static thread_local Scratch shared_b;
+    // Split along M: every thread needs all of op(B). Where no state crosses row blocks the
+    // team deals the row blocks out as members get free; op(B) is packed once, together, into
+    // a shared buffer where GemmTuning::shared_b says so, else by each member for itself.
+    static thread_local Scratch team_b;
     const std::int64_t nc = nc_for(pl, 0, g.N);
-    float* bshared = split_m ? shared_b.get(bpack_floats(g, pl, nc)) : nullptr;
     std::atomic<std::int64_t> counters[64];
     const std::int64_t cblocks = ceil_div(g.N, nc);
     const bool deal = split_m && dealable(g, pl, threads, nc) && cblocks <= 64;
+    const bool share = split_m && (pl.shared_b == 2 || (pl.shared_b == 1 && deal));
+    float* bshared = share ? team_b.get(bpack_floats(g, pl, nc)) : nullptr;
     if (deal)
       for (std::int64_t c = 0; c < cblocks; ++c) counters[c].store(0, std::memory_order_relaxed);
 #pragma omp parallel num_threads(threads)

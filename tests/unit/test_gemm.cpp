@@ -212,23 +212,25 @@ TEST_CASE("canonical GEMM bits do not depend on M, N, threads, tiling or ISA pat
           for (int threads : {1, 2, 3}) {
             // cpf: how many calls ahead the C tile is prefetched (0: off); spill: the slot
             // floats past which blocks of up to 4 * res floats stay resident (K = 1030 at nc
-            // 32 is 32,960 floats: resident only by that rule in the 30,000 case).
-            for (auto [kc, nc, mc, res, cpf, spill] :
-                 {std::tuple<int, int, int, int, int, int>{256, 512, 264, 1 << 18, 2, 1 << 23},
-                  {1, 32, 12, 0, 1, 1 << 23},
-                  {64, 64, 24, 1 << 30, 0, 0},
-                  {100, 96, 36, 1 << 18, 3, 1 << 23},
-                  {700, 1000, 1000, 0, 1, 1},
-                  {2048, 32, 7, 1 << 30, 7, 1 << 23},
-                  {16, 64, 48, 1 << 30, 2, 1 << 23},
-                  {64, 32, 12, 0, 0, 1 << 23},
-                  {64, 32, 24, 30000, 2, 1},
-                  {1000, 48, 24, 0, 1, 1 << 23}}) {
-              set_gemm_tuning(GemmTuning{kc, nc, mc, res, true, cpf, spill});
+            // 32 is 32,960 floats: resident only by that rule in the 30,000 case); sb: how
+            // threads splitting M get op(B) (0 own copies, 1 shared where dealt, 2 shared).
+            for (auto [kc, nc, mc, res, cpf, spill, sb] :
+                 {std::tuple<int, int, int, int, int, int, int>{256, 512, 264, 1 << 18, 2, 1 << 23,
+                                                                0},
+                  {1, 32, 12, 0, 1, 1 << 23, 1},
+                  {64, 64, 24, 1 << 30, 0, 0, 2},
+                  {100, 96, 36, 1 << 18, 3, 1 << 23, 0},
+                  {700, 1000, 1000, 0, 1, 1, 1},
+                  {2048, 32, 7, 1 << 30, 7, 1 << 23, 2},
+                  {16, 64, 48, 1 << 30, 2, 1 << 23, 2},
+                  {64, 32, 12, 0, 0, 1 << 23, 0},
+                  {64, 32, 24, 30000, 2, 1, 1},
+                  {1000, 48, 24, 0, 1, 1 << 23, 2}}) {
+              set_gemm_tuning(GemmTuning{kc, nc, mc, res, true, cpf, spill, sb});
               INFO("isa=" << isa_name(isa) << " threads=" << threads << " kc=" << kc << " nc=" << nc
                           << " mc=" << mc << " resident=" << res << " c_prefetch=" << cpf
-                          << " slot_spill=" << spill << " " << tname(ta) << tname(tb)
-                          << " K=" << K);
+                          << " slot_spill=" << spill << " shared_b=" << sb << " " << tname(ta)
+                          << tname(tb) << " K=" << K);
               const auto got =
                   compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), M, N, p.ldc);
               REQUIRE(same_bits(got, full));
@@ -436,11 +438,13 @@ TEST_CASE("chain GEMM equals a literal single FMA chain per element") {
     for (Isa isa : supported_isas()) {
       for (auto kc : {256, 64, 7}) {
         const int cpf = rep % 3;  // C tile prefetch distance (0: off)
+        const int sb = (rep / 3) % 3;  // how threads splitting M get op(B)
         set_gemm_tuning(GemmTuning{kc, rep % 2 ? 32 : 512, rep % 3 ? 264 : 12,
-                                   rep % 4 < 2 ? 0 : 1 << 30, true, cpf});
+                                   rep % 4 < 2 ? 0 : 1 << 30, true, cpf, 1 << 23, sb});
         const int threads = 1 + rep % 3;
-        INFO("isa=" << isa_name(isa) << " kc=" << kc << " c_prefetch=" << cpf << " " << tname(ta)
-                    << tname(tb) << " M=" << M << " N=" << N << " K=" << K);
+        INFO("isa=" << isa_name(isa) << " kc=" << kc << " c_prefetch=" << cpf
+                    << " shared_b=" << sb << " " << tname(ta) << tname(tb) << " M=" << M
+                    << " N=" << N << " K=" << K);
         const auto got = compact(run(KernelCtx{isa, threads, 64}, GemmImpl::chain, p), M, N, p.ldc);
         REQUIRE(same_bits(got, want));
       }
@@ -549,7 +553,8 @@ TEST_CASE("matmul: tensor form, shape checks name both tensors") {
 }
 
 // Full-size model shapes (bench-small: 1024 tokens, d_model 256, FFN 1024): many micro-panels,
-// several mc blocks, a B panel packed by a team of threads (shared), 16 x 16 transposing packs
+// several mc blocks, a B panel packed by a team of threads (shared) or by each thread for
+// itself (GemmTuning::shared_b 2, 1, 0), 16 x 16 transposing packs
 // of op(B) (NT) with a k tail (K = 1030), padded KR A panels (TN), row blocks dealt to the
 // threads (one K panel and B-resident order), the Goto order over many K panels.
 TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and 3 threads") {
@@ -572,12 +577,18 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
     for (Isa isa : supported_isas()) {
       if (isa == Isa::scalar) continue;  // the portable path is covered on small shapes above
       for (int threads : {1, 2, 3}) {
-        INFO("isa=" << isa_name(isa) << " threads=" << threads << " " << tname(s.ta) << tname(s.tb)
-                    << " " << s.M << "x" << s.N << "x" << s.K);
-        const auto got =
-            compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), s.M, s.N, p.ldc);
-        INFO(first_diff(got, want));
-        REQUIRE(same_bits(got, want));
+        for (int sb : {0, 1, 2}) {
+          if (threads == 1 && sb > 0) continue;  // one thread packs for itself
+          GemmTuning t;
+          t.shared_b = sb;
+          set_gemm_tuning(t);
+          INFO("isa=" << isa_name(isa) << " threads=" << threads << " shared_b=" << sb << " "
+                      << tname(s.ta) << tname(s.tb) << " " << s.M << "x" << s.N << "x" << s.K);
+          const auto got =
+              compact(run(KernelCtx{isa, threads, B}, GemmImpl::canonical, p), s.M, s.N, p.ldc);
+          INFO(first_diff(got, want));
+          REQUIRE(same_bits(got, want));
+        }
       }
     }
   }
@@ -722,6 +733,9 @@ TEST_CASE("gemm rejects an invalid ctx, bad leading dimensions or tunings and un
     REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
     t = GemmTuning{};
     t.b_resident_floats = -1;
+    REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
+    t = GemmTuning{};
+    t.shared_b = 3;
     REQUIRE_THROWS_AS(set_gemm_tuning(t), Error);
   }
   for (GemmImpl i : {GemmImpl::canonical, GemmImpl::chain, GemmImpl::eigen, GemmImpl::openblas,
