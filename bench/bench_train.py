@@ -7,12 +7,14 @@ Runs, interleaved (round r runs every configuration once, in an order rotated by
 all configurations see the same machine noise), --reps rounds of:
   lockstep {invariant, deterministic, fast} at np 1 x 2 threads and np 2 x 1 thread
   PyTorch (bench/torch_gpt.py, DDP over gloo for np 2) at np 2 x 1 thread and np 1 x 2
-plus the FMA peak (bench_fma_peak, 2 threads) once per round. Builds nothing.
+plus the FMA peak (bench_fma_peak, 1 and 2 threads) before and after each round. Builds
+nothing.
 
 Per configuration: median ms/step over the steady-state steps of all its runs (the first
 --warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
 (2 threads; the fastest trial seen over the rounds: a ceiling that another VM's load can only
-lower, so on a busy host a trial's median would understate it and inflate the MFU), and for
+lower, so on a busy host a trial's median would understate it and inflate the MFU; probed
+after each round too, since a single probe can fall in a slow minute of the VM), and for
 lockstep the determinism tax = ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its
 largest rank (every rank runs under /usr/bin/time, which reports its maximum resident set
 size).
@@ -350,11 +352,14 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench-train-")
     t_start = time.time()
     try:
-        for r in range(a.reps):
+        def probe(r, when):
             for p in run_peak(a):
-                p["round"] = r
+                p["round"], p["when"] = r, when
                 peaks.append(p)
                 print(json.dumps(p), flush=True)
+
+        for r in range(a.reps):
+            probe(r, "before")
             k = r % len(configs)
             order = configs[k:] + configs[:k]  # rotate so no config always runs first
             for c in order:
@@ -366,6 +371,7 @@ def main():
                        "ms_median": statistics.median(res["step_ms"])}
                 runs.append(rec)
                 print(json.dumps(rec), flush=True)
+            probe(r, "after")
         taxes = {}
         if a.tax_steps > 0:
             for np_, th in ((1, 2), (2, 1)):
