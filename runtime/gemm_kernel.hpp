@@ -581,7 +581,6 @@ struct Driver {
     bool rk;
     bool inplace;  // rk, and full micro-panels are read from op(A) itself (rows_spread)
     std::int64_t cpf;  // calls ahead whose C tile a kernel prefetches (GemmTuning::c_prefetch)
-    int shared_b;      // GemmTuning::shared_b
     const KPanel* panels;
     const std::int32_t* leaf_len;
     const std::uint8_t* leaf_merges;
@@ -944,7 +943,6 @@ struct Driver {
     pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
     pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
     pl.cpf = tun.c_prefetch;
-    pl.shared_b = tun.shared_b;
 
     const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
     const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;
@@ -959,7 +957,7 @@ struct Driver {
     std::atomic<std::int64_t> counters[64];
     const std::int64_t cblocks = ceil_div(g.N, nc);
     const bool deal = split_m && dealable(g, pl, threads, nc) && cblocks <= 64;
-    const bool share = split_m && (pl.shared_b == 2 || (pl.shared_b == 1 && deal));
+    const bool share = split_m && (tun.shared_b == 2 || (tun.shared_b == 1 && deal));
     float* bshared = share ? team_b.get(bpack_floats(g, pl, nc)) : nullptr;
     if (deal)
       for (std::int64_t c = 0; c < cblocks; ++c) counters[c].store(0, std::memory_order_relaxed);
