@@ -5,16 +5,26 @@ global batch read from the TOML).
 
 Runs, interleaved (round r runs every configuration once, in an order rotated by r, so
 all configurations see the same machine noise), --reps rounds of:
-  lockstep {invariant, deterministic, fast} at np 1 x 2 threads and np 2 x 1 thread
+  lockstep {invariant, deterministic, fast} at each of --layouts (np 1 x 2 threads and np 2 x 1
+    thread by default)
   PyTorch (bench/torch_gpt.py, DDP over gloo for np 2) at np 2 x 1 thread and np 1 x 2
 plus the FMA peak (bench_fma_peak, 1 and 2 threads) before and after each round. Builds
 nothing.
 
+Two more --layouts separate what the step costs on one core from what two cores of the
+machine deliver together: np1x1 (one process, one thread, the whole global batch; its MFU is
+against the 1-thread FMA peak) and 2xnp1x1 (two independent np 1 x 1 jobs side by side, each
+pinned to its own CPU and training half the global batch: data parallelism with no exchange
+and no waiting for the other rank, so what it loses against np1x1 is the machine's, e.g. the
+cores' shared cache and memory; its ms/step is the global batch's time at the two jobs'
+summed throughput, 2 / (1/a + 1/b) per step index, and its MFU is against the 2-thread peak).
+
 Per configuration: median ms/step over the steady-state steps of all its runs (the first
 --warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
-(2 threads; the fastest trial seen over the rounds: a ceiling that another VM's load can only
-lower, so on a busy host a trial's median would understate it and inflate the MFU; probed
-after each round too, since a single probe can fall in a slow minute of the VM), and for
+(of as many threads as the configuration runs in all, 2 but for np1x1; the fastest trial seen
+over the rounds: a ceiling that another VM's load can only lower, so on a busy host a trial's
+median would understate it and inflate the MFU; probed after each round too, since a single
+probe can fall in a slow minute of the VM), and for
 lockstep the determinism tax = ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its
 largest rank (every rank runs under /usr/bin/time, which reports its maximum resident set
 size).
@@ -97,6 +107,9 @@ def parse_args():
                         f"none ({' '.join(mpirun_flags.UNBOUND)}) or core "
                         "(--bind-to core --map-by slot:PE=1)")
     p.add_argument("--modes", default="invariant,deterministic,fast")
+    p.add_argument("--layouts", default="np1x2,np2x1",
+                   help="lockstep layouts: comma list of np1x2, np2x1, np1x1 and 2xnp1x1 (two "
+                        "np 1 x 1 jobs side by side, each on its own CPU with half the batch)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     p.add_argument("--tax-steps", type=int, default=20,
                    help="steps of the interleaved tax job per lockstep layout (0: skip it)")
@@ -109,7 +122,19 @@ def parse_args():
         p.error(f"--steps ({a.steps}) must exceed --warmup ({a.warmup})")
     if a.reps < 1:
         p.error("--reps must be >= 1")
+    a.layouts = [x for x in a.layouts.split(",") if x]
+    bad = [x for x in a.layouts if x not in LAYOUTS]
+    if bad:
+        p.error(f"--layouts: unknown {', '.join(bad)} (known: {', '.join(LAYOUTS)})")
     return a
+
+
+# Lockstep layouts: name -> (np, threads per rank, independent jobs side by side).
+LAYOUTS = {"np1x2": (1, 2, 1), "np2x1": (2, 1, 1), "np1x1": (1, 1, 1), "2xnp1x1": (1, 1, 2)}
+
+
+def total_threads(c):
+    return c["np"] * c["threads"] * c.get("jobs", 1)
 
 
 def mpirun_prefix(np_, threads, bind):
@@ -147,15 +172,22 @@ def thread_env(threads):
     return env
 
 
-# Every rank runs under GNU time (Debian's `time` package), which prints its peak RSS (KiB)
-# when the rank exits; without it the RSS column stays empty.
-RSS_TAG = "bench_train peak_rss_kib"
-TIME_RSS = ["/usr/bin/time", "-f", f"{RSS_TAG} %M"] if os.access("/usr/bin/time", os.X_OK) else []
+# Every rank runs under GNU time (Debian's `time` package), which appends its peak RSS (KiB) to
+# a file when the rank exits (a file, not stderr: mpirun may exit before it has forwarded the
+# ranks' last lines); without it the RSS column stays empty.
+HAVE_TIME = os.access("/usr/bin/time", os.X_OK)
 
 
-def peak_rss_mib(text):
-    """The largest rank's peak resident memory (MiB) from TIME_RSS's lines."""
-    kib = [int(m) for m in re.findall(RSS_TAG + r" (\d+)", text)]
+def time_rss(path):
+    """The command prefix that appends this process's peak RSS (KiB) to `path`, one line per
+    process (O_APPEND: the ranks' lines do not mix)."""
+    return ["/usr/bin/time", "-a", "-o", str(path), "-f", "%M"] if HAVE_TIME else []
+
+
+def peak_rss_mib(path):
+    """The largest process's peak resident memory (MiB) from time_rss's file."""
+    path = Path(path)
+    kib = [int(x) for x in path.read_text().split() if x.isdigit()] if path.exists() else []
     return round(max(kib) / 1024, 1) if kib else None
 
 
@@ -170,27 +202,62 @@ class Failure(Exception):
     pass
 
 
-def run_lockstep(a, cfg, tmp, tag):
-    out = Path(tmp) / tag
-    mb = a.microbatch or GLOBAL_BATCH // cfg["np"]
+def lockstep_cmd(a, cfg, out, batch, mb):
     cmd = []
     if cfg["np"] > 1:
         cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
-    cmd += TIME_RSS + [a.lockstep, "train", a.config,
+    return cmd + time_rss(f"{out}.rss") + [a.lockstep, "train", a.config,
             "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
             "--set", f"run.threads={cfg['threads']}", "--set", f"run.determinism={cfg['mode']}",
-            "--set", f"parallel.microbatch={mb}"]
-    rc, text, wall = run_cmd(cmd, thread_env(cfg["threads"]), a.timeout)
-    if rc != 0:
-        raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
+            "--set", f"data.global_batch={batch}", "--set", f"parallel.microbatch={mb}"]
+
+
+def lockstep_rows(a, out, tag):
     rows = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines() if l.strip()]
     if len(rows) != a.steps:
         raise Failure(f"{tag}: {len(rows)} metrics rows, expected {a.steps}")
-    g = re.search(r"guarantees:\s*(.*)", text)
-    steady = [r["ms"] for r in rows[a.warmup:]]
-    return {"step_ms": steady, "loss_last": rows[-1]["loss"], "wall_s": round(wall, 2),
-            "guarantees": g.group(1).strip() if g else None, "microbatch": mb,
-            "peak_rss_mib": peak_rss_mib(text)}
+    return rows
+
+
+def run_lockstep(a, cfg, tmp, tag):
+    jobs = cfg.get("jobs", 1)
+    if GLOBAL_BATCH % jobs:
+        raise Failure(f"{tag}: global batch {GLOBAL_BATCH} does not split over {jobs} jobs")
+    batch = GLOBAL_BATCH // jobs
+    mb = a.microbatch or batch // cfg["np"]
+    env = thread_env(cfg["threads"])
+    outs = [Path(tmp) / (tag if jobs == 1 else f"{tag}-job{j}") for j in range(jobs)]
+    cmds = [lockstep_cmd(a, cfg, out, batch, mb) for out in outs]
+    if jobs == 1:
+        rc, text, wall = run_cmd(cmds[0], env, a.timeout)
+        texts = [text]
+        if rc != 0:
+            raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmds[0])}\n{text[-3000:]}")
+    else:  # side by side, job j pinned to CPU j (of the CPUs this process may use)
+        cpus = sorted(os.sched_getaffinity(0))
+        if len(cpus) < jobs:
+            raise Failure(f"{tag}: {jobs} jobs need {jobs} CPUs, this process has {len(cpus)}")
+        t0 = time.time()
+        procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  text=True,
+                                  preexec_fn=lambda cpu=cpus[j]: os.sched_setaffinity(0, {cpu}))
+                 for j, c in enumerate(cmds)]
+        texts = [p.communicate(timeout=a.timeout)[0] for p in procs]
+        wall = time.time() - t0
+        for p, c, text in zip(procs, cmds, texts):
+            if p.returncode != 0:
+                raise Failure(f"{tag}: exit {p.returncode}\n$ {' '.join(c)}\n{text[-3000:]}")
+    per_job = [lockstep_rows(a, out, tag) for out in outs]
+    g = re.search(r"guarantees:\s*(.*)", texts[0])
+    steady = [[r["ms"] for r in rows[a.warmup:]] for rows in per_job]
+    # One step of the whole global batch at the jobs' summed throughput.
+    step_ms = [jobs / sum(1.0 / t for t in ts) for ts in zip(*steady)]
+    res = {"step_ms": step_ms, "loss_last": per_job[0][-1]["loss"], "wall_s": round(wall, 2),
+           "guarantees": g.group(1).strip() if g else None, "microbatch": mb,
+           "peak_rss_mib": max((peak_rss_mib(f"{o}.rss") or 0 for o in outs), default=0) or None}
+    if jobs > 1:
+        res["job_step_ms"] = steady
+    return res
 
 
 def run_torch(a, cfg, tmp, tag, peak):
@@ -199,7 +266,8 @@ def run_torch(a, cfg, tmp, tag, peak):
     if cfg["np"] > 1:
         cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
     init = f"file://{Path(tmp) / (tag + '.init')}"
-    cmd += TIME_RSS + [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
+    rss = Path(tmp) / f"{tag}.rss"
+    cmd += time_rss(rss) + [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
             "--steps", str(a.steps - a.warmup), "--warmup", str(a.warmup),
             "--microbatch", str(mb), "--init", init, "--step-times",
             "--global-batch", str(GLOBAL_BATCH), "--vocab", str(MODEL["vocab"]),
@@ -213,7 +281,7 @@ def run_torch(a, cfg, tmp, tag, peak):
         raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
     j = json.loads(line)
     return {"step_ms": j["step_ms"], "loss_last": j["loss_last"], "wall_s": round(wall, 2),
-            "guarantees": None, "microbatch": mb, "peak_rss_mib": peak_rss_mib(text)}
+            "guarantees": None, "microbatch": mb, "peak_rss_mib": peak_rss_mib(rss)}
 
 
 def run_peak(a):
@@ -224,10 +292,10 @@ def run_peak(a):
     return [json.loads(l) for l in text.splitlines() if l.startswith("{")]
 
 
-def peak_of(peaks):
-    """The 2-thread FMA peak: the fastest trial of every bench_fma_peak run so far."""
-    return max((p.get("gflops_max", p["gflops"]) for p in peaks if p["threads"] == 2),
-               default=234.0)
+def peak_of(peaks, threads=2):
+    """The FMA peak of `threads` threads: the fastest trial of every bench_fma_peak run so far."""
+    return max((p.get("gflops_max", p["gflops"]) for p in peaks if p["threads"] == threads),
+               default=117.0 * threads)
 
 
 def run_tax(a, np_, threads, tmp):
@@ -247,7 +315,13 @@ def run_tax(a, np_, threads, tmp):
 
 
 def config_name(c):
-    return f"{c['impl']}/{c['mode']}/np{c['np']}x{c['threads']}t"
+    jobs = f"{c['jobs']}x" if c.get("jobs", 1) > 1 else ""
+    return f"{c['impl']}/{c['mode']}/{jobs}np{c['np']}x{c['threads']}t"
+
+
+def layout_text(c):
+    jobs = f"{c['jobs']} jobs of " if c.get("jobs", 1) > 1 else ""
+    return f"{jobs}{c['np']} x {c['threads']}"
 
 
 def md_table(configs, peak, fpt, n_matmul, meta):
@@ -255,7 +329,10 @@ def md_table(configs, peak, fpt, n_matmul, meta):
     lines.append(f"{MODEL.get('name', 'bench-small')}, global batch {GLOBAL_BATCH} x "
                  f"{MODEL['context']} tokens; "
                  f"N_matmul = {n_matmul:,}, {fpt:,} FLOPs/token; "
-                 f"FMA peak (2 threads) = {peak:.1f} GFLOP/s; {meta['reps']} run(s) per "
+                 f"FMA peak (2 threads) = {peak:.1f} GFLOP/s"
+                 + (f", 1 thread = {meta['peak1']:.1f} (the np 1 x 1 MFU's)"
+                    if any(total_threads(c) == 1 for c in configs) else "")
+                 + f"; {meta['reps']} run(s) per "
                  f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
     lines.append("")
     lines.append("| impl | mode | np x threads | mb/rank | ms/step (median) | min–max | tokens/s "
@@ -268,7 +345,7 @@ def md_table(configs, peak, fpt, n_matmul, meta):
         itax = "" if not ti else \
             f"{ti['median']:+.1f}% [{ti['ci95'][0]:+.1f}, {ti['ci95'][1]:+.1f}] (n {ti['n']})"
         lines.append(
-            f"| {c['impl']} | {c['mode']} | {c['np']} x {c['threads']} | {c['microbatch']} "
+            f"| {c['impl']} | {c['mode']} | {layout_text(c)} | {c['microbatch']} "
             f"| {c['ms_median']:.1f} | {c['ms_min']:.0f}–{c['ms_max']:.0f} "
             f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% "
             f"| {c.get('peak_rss_mib') or ''} | {tax} "
@@ -282,7 +359,8 @@ def paired_rounds(runs, summary):
     its best layout (best = lowest median over all rounds), and invariant / fast - 1 per layout.
     Returns per-round lists and their medians."""
     def best(impl, mode):
-        cs = [c for c in summary if c["impl"] == impl and c["mode"] == mode]
+        cs = [c for c in summary if c["impl"] == impl and c["mode"] == mode
+              and c.get("jobs", 1) == 1]  # side-by-side jobs are a yardstick, not a layout
         return min(cs, key=lambda c: c["ms_median"])["config"] if cs else None
     by_round = {}
     for r in runs:
@@ -334,15 +412,18 @@ def main():
 
     modes = [m for m in a.modes.split(",") if m]
     configs = []
-    for np_, th in ((1, 2), (2, 1)):
+    for lay in a.layouts:
+        np_, th, jobs = LAYOUTS[lay]
         for m in modes:
-            configs.append({"impl": "lockstep", "mode": m, "np": np_, "threads": th})
+            configs.append({"impl": "lockstep", "mode": m, "np": np_, "threads": th,
+                            **({"jobs": jobs} if jobs > 1 else {})})
     if not a.no_torch:
         configs.append({"impl": "pytorch", "mode": "-", "np": 2, "threads": 1})
         configs.append({"impl": "pytorch", "mode": "-", "np": 1, "threads": 2})
     fpt, n_matmul = flops_per_token()
     tokens_per_step = GLOBAL_BATCH * MODEL["context"]
     meta = {"steps": a.steps, "warmup": a.warmup, "reps": a.reps, "bind": a.bind,
+            "layouts": a.layouts,
             "microbatch": a.microbatch, "lockstep": a.lockstep, "config": a.config,
             "flops_per_token": fpt, "n_matmul": n_matmul, "tokens_per_step": tokens_per_step,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg_start": os.getloadavg()}
@@ -363,7 +444,7 @@ def main():
             k = r % len(configs)
             order = configs[k:] + configs[:k]  # rotate so no config always runs first
             for c in order:
-                tag = f"{c['impl']}-{c['mode']}-np{c['np']}x{c['threads']}-r{r}"
+                tag = config_name(c).replace("/", "-") + f"-r{r}"
                 peak_now = peak_of(peaks)
                 res = run_lockstep(a, c, tmp, tag) if c["impl"] == "lockstep" else \
                     run_torch(a, c, tmp, tag, peak_now)
@@ -374,7 +455,8 @@ def main():
             probe(r, "after")
         taxes = {}
         if a.tax_steps > 0:
-            for np_, th in ((1, 2), (2, 1)):
+            for np_, th in sorted({(c["np"], c["threads"]) for c in configs
+                                   if c["impl"] == "lockstep" and c.get("jobs", 1) == 1}):
                 taxes[(np_, th)] = run_tax(a, np_, th, tmp)
                 print(json.dumps({"bench": "train_tax_interleaved", "np": np_, "threads": th,
                                   "paired_tax_pct": taxes[(np_, th)]}), flush=True)
@@ -390,6 +472,7 @@ def main():
     peak2 = [p["gflops"] for p in peaks if p["threads"] == 2]
     peak1 = [p["gflops"] for p in peaks if p["threads"] == 1]
     peak = peak_of(peaks)
+    meta["peak1"] = peak_of(peaks, 1)
     summary = []
     for c in configs:
         rs = [x for x in runs if x["config"] == config_name(c)]
@@ -397,16 +480,18 @@ def main():
         med = statistics.median(ms)
         tps = tokens_per_step / (med / 1e3)
         gfl = tps * fpt / 1e9
+        peak_c = peak_of(peaks, total_threads(c))
         s = {"bench": "train_config", "config": config_name(c), **c,
              "microbatch": rs[0]["microbatch"], "runs": len(rs), "steps_timed": len(ms),
              "ms_median": round(med, 2), "ms_min": round(min(ms), 2), "ms_max": round(max(ms), 2),
              "ms_run_medians": [round(x["ms_median"], 2) for x in rs],
-             "tokens_per_s": round(tps, 1), "gflops": round(gfl, 2), "mfu": round(gfl / peak, 4),
+             "tokens_per_s": round(tps, 1), "gflops": round(gfl, 2), "mfu": round(gfl / peak_c, 4),
+             "mfu_peak": peak_c,
              "guarantees": rs[0]["guarantees"], "loss_last": rs[-1]["loss_last"],
              "peak_rss_mib": max((x.get("peak_rss_mib") or 0 for x in rs), default=0) or None,
              "tax": None,
              "tax_interleaved": None}
-        if c["impl"] == "lockstep" and (c["np"], c["threads"]) in taxes:
+        if c["impl"] == "lockstep" and c.get("jobs", 1) == 1 and (c["np"], c["threads"]) in taxes:
             t = taxes[(c["np"], c["threads"])].get(c["mode"])
             if t:
                 s["tax_interleaved"] = {k: t[k] for k in ("median", "ci95", "p25", "p75", "n")}
@@ -415,7 +500,8 @@ def main():
         if s["impl"] != "lockstep":
             continue
         fast = next((f for f in summary if f["impl"] == "lockstep" and f["mode"] == "fast"
-                     and f["np"] == s["np"] and f["threads"] == s["threads"]), None)
+                     and f["np"] == s["np"] and f["threads"] == s["threads"]
+                     and f.get("jobs", 1) == s.get("jobs", 1)), None)
         if fast:
             s["tax"] = round(s["ms_median"] / fast["ms_median"] - 1, 4)
     for s in summary:
