@@ -19,6 +19,12 @@ and no waiting for the other rank, so what it loses against np1x1 is the machine
 cores' shared cache and memory; its ms/step is the global batch's time at the two jobs'
 summed throughput, 2 / (1/a + 1/b) per step index, and its MFU is against the 2-thread peak).
 
+Every process runs with GLIBC_TUNABLES=glibc.malloc.hugetlb=1 unless --malloc-thp off: glibc
+then backs its large allocations with transparent huge pages. PyTorch allocates its activations
+anew each step, and where a page fault is dear (host F's VM: a third of PyTorch's time in the
+kernel's fault path) that cost it 2.9x per step; Lockstep allocates its buffers once. The
+setting is what a user would do for PyTorch there, so both sides get it.
+
 Per configuration: median ms/step over the steady-state steps of all its runs (the first
 --warmup steps of each run are skipped), tokens/s, model GFLOP/s, MFU = GFLOP/s / FMA peak
 (of as many threads as the configuration runs in all, 2 but for np1x1; the fastest trial seen
@@ -111,6 +117,11 @@ def parse_args():
                    help="lockstep layouts: comma list of np1x2, np2x1, np1x1 and 2xnp1x1 (two "
                         "np 1 x 1 jobs side by side, each on its own CPU with half the batch)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
+    p.add_argument("--malloc-thp", choices=["on", "off"], default="on",
+                   help="run every process (lockstep and torch) with GLIBC_TUNABLES="
+                        f"{MALLOC_THP}: glibc backs its large allocations with transparent huge "
+                        "pages, so a tensor allocated anew each step faults 2 MiB at a time "
+                        "instead of 4 KiB (PyTorch's steps ran 2.9x faster with it on host F)")
     p.add_argument("--tax-steps", type=int, default=20,
                    help="steps of the interleaved tax job per lockstep layout (0: skip it)")
     p.add_argument("--python", default="/usr/bin/python3", help="python with Debian's torch")
@@ -129,6 +140,17 @@ def parse_args():
     return a
 
 
+MALLOC_THP = "glibc.malloc.hugetlb=1"
+
+
+def tunables(a):
+    """GLIBC_TUNABLES for the runs: the environment's, plus MALLOC_THP unless --malloc-thp off."""
+    have = os.environ.get("GLIBC_TUNABLES", "")
+    if a.malloc_thp == "off" or MALLOC_THP in have.split(":"):
+        return have
+    return f"{have}:{MALLOC_THP}" if have else MALLOC_THP
+
+
 # Lockstep layouts: name -> (np, threads per rank, independent jobs side by side).
 LAYOUTS = {"np1x2": (1, 2, 1), "np2x1": (2, 1, 1), "np1x1": (1, 1, 1), "2xnp1x1": (1, 1, 2)}
 
@@ -137,9 +159,9 @@ def total_threads(c):
     return c["np"] * c["threads"] * c.get("jobs", 1)
 
 
-def mpirun_prefix(np_, threads, bind):
+def mpirun_prefix(a, np_, threads):
     cmd = ["mpirun"] + mpirun_flags.ROOT + mpirun_flags.OVERSUBSCRIBE + ["-np", str(np_)]
-    if np_ > 1 and bind == "core":
+    if np_ > 1 and a.bind == "core":
         cmd += ["--bind-to", "core", "--map-by", f"slot:PE={threads}"]
     else:
         cmd += mpirun_flags.UNBOUND
@@ -147,6 +169,8 @@ def mpirun_prefix(np_, threads, bind):
         cmd += ["-x", f"{var}={threads}"]
     if openblas_coretype():
         cmd += ["-x", f"OPENBLAS_CORETYPE={openblas_coretype()}"]
+    if tunables(a):
+        cmd += ["-x", f"GLIBC_TUNABLES={tunables(a)}"]
     return cmd
 
 
@@ -161,8 +185,10 @@ def openblas_coretype():
         return "SkylakeX" if " avx512f " in f.read() else None
 
 
-def thread_env(threads):
+def thread_env(a, threads):
     env = dict(os.environ)
+    if tunables(a):
+        env["GLIBC_TUNABLES"] = tunables(a)
     core = openblas_coretype()
     if core:
         env["OPENBLAS_CORETYPE"] = core
@@ -205,7 +231,7 @@ class Failure(Exception):
 def lockstep_cmd(a, cfg, out, batch, mb):
     cmd = []
     if cfg["np"] > 1:
-        cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
+        cmd += mpirun_prefix(a, cfg["np"], cfg["threads"])
     return cmd + time_rss(f"{out}.rss") + [a.lockstep, "train", a.config,
             "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
             "--set", f"run.threads={cfg['threads']}", "--set", f"run.determinism={cfg['mode']}",
@@ -225,7 +251,7 @@ def run_lockstep(a, cfg, tmp, tag):
         raise Failure(f"{tag}: global batch {GLOBAL_BATCH} does not split over {jobs} jobs")
     batch = GLOBAL_BATCH // jobs
     mb = a.microbatch or batch // cfg["np"]
-    env = thread_env(cfg["threads"])
+    env = thread_env(a, cfg["threads"])
     outs = [Path(tmp) / (tag if jobs == 1 else f"{tag}-job{j}") for j in range(jobs)]
     cmds = [lockstep_cmd(a, cfg, out, batch, mb) for out in outs]
     if jobs == 1:
@@ -264,7 +290,7 @@ def run_torch(a, cfg, tmp, tag, peak):
     mb = a.microbatch or GLOBAL_BATCH // cfg["np"]
     cmd = []
     if cfg["np"] > 1:
-        cmd += mpirun_prefix(cfg["np"], cfg["threads"], a.bind)
+        cmd += mpirun_prefix(a, cfg["np"], cfg["threads"])
     init = f"file://{Path(tmp) / (tag + '.init')}"
     rss = Path(tmp) / f"{tag}.rss"
     cmd += time_rss(rss) + [a.python, str(HERE / "torch_gpt.py"), "--threads", str(cfg["threads"]),
@@ -275,7 +301,7 @@ def run_torch(a, cfg, tmp, tag, peak):
             "--d-model", str(MODEL["d_model"]), "--heads", str(MODEL["heads"]),
             "--ffn", str(MODEL["ffn"]),
             "--peak-gflops", f"{peak:.3f}"]
-    rc, text, wall = run_cmd(cmd, thread_env(cfg["threads"]), a.timeout)
+    rc, text, wall = run_cmd(cmd, thread_env(a, cfg["threads"]), a.timeout)
     line = next((l for l in text.splitlines() if l.startswith('{"impl": "pytorch"')), None)
     if rc != 0 or line is None:
         raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
@@ -307,7 +333,7 @@ def run_tax(a, np_, threads, tmp):
            "--steps", str(a.tax_steps), "--skip", str(min(2, a.tax_steps - 1)), "--np", str(np_),
            "--json", str(jpath), "--out", str(Path(tmp) / f"tax-np{np_}"), a.config,
            "--set", f"parallel.microbatch={mb}", "--set", f"run.threads={threads}"]
-    rc, text, _ = run_cmd(cmd, thread_env(threads), a.timeout)
+    rc, text, _ = run_cmd(cmd, thread_env(a, threads), a.timeout)
     if rc != 0:
         raise Failure(f"tax np{np_}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
     j = json.loads(jpath.read_text())
@@ -423,7 +449,7 @@ def main():
     fpt, n_matmul = flops_per_token()
     tokens_per_step = GLOBAL_BATCH * MODEL["context"]
     meta = {"steps": a.steps, "warmup": a.warmup, "reps": a.reps, "bind": a.bind,
-            "layouts": a.layouts,
+            "layouts": a.layouts, "glibc_tunables": tunables(a),
             "microbatch": a.microbatch, "lockstep": a.lockstep, "config": a.config,
             "flops_per_token": fpt, "n_matmul": n_matmul, "tokens_per_step": tokens_per_step,
             "started": time.strftime("%Y-%m-%d %H:%M:%S"), "loadavg_start": os.getloadavg()}
