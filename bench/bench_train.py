@@ -58,6 +58,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -245,6 +246,30 @@ def lockstep_rows(a, out, tag):
     return rows
 
 
+def run_side_by_side(cmds, env, timeout, tag):
+    """Runs cmds at once, command j pinned to CPU j of those this process may use; returns
+    [(exit code, output)] and the wall time. On a timeout every command's process group is
+    killed."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < len(cmds):
+        raise Failure(f"{tag}: {len(cmds)} jobs need {len(cmds)} CPUs, this process may use "
+                      f"{len(cpus)}")
+    t0 = time.time()
+    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, start_new_session=True,
+                              preexec_fn=lambda cpu=cpus[j]: os.sched_setaffinity(0, {cpu}))
+             for j, c in enumerate(cmds)]
+    try:
+        texts = [p.communicate(timeout=max(1.0, timeout - (time.time() - t0)))[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:  # the whole group: /usr/bin/time's child too
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        raise
+    return [(p.returncode, t) for p, t in zip(procs, texts)], time.time() - t0
+
+
 def run_lockstep(a, cfg, tmp, tag):
     jobs = cfg.get("jobs", 1)
     if GLOBAL_BATCH % jobs:
@@ -256,28 +281,19 @@ def run_lockstep(a, cfg, tmp, tag):
     cmds = [lockstep_cmd(a, cfg, out, batch, mb) for out in outs]
     if jobs == 1:
         rc, text, wall = run_cmd(cmds[0], env, a.timeout)
-        texts = [text]
+        done = [(rc, text)]
+    else:
+        done, wall = run_side_by_side(cmds, env, a.timeout, tag)
+    for (rc, text), c in zip(done, cmds):
         if rc != 0:
-            raise Failure(f"{tag}: exit {rc}\n$ {' '.join(cmds[0])}\n{text[-3000:]}")
-    else:  # side by side, job j pinned to CPU j (of the CPUs this process may use)
-        cpus = sorted(os.sched_getaffinity(0))
-        if len(cpus) < jobs:
-            raise Failure(f"{tag}: {jobs} jobs need {jobs} CPUs, this process has {len(cpus)}")
-        t0 = time.time()
-        procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                  text=True,
-                                  preexec_fn=lambda cpu=cpus[j]: os.sched_setaffinity(0, {cpu}))
-                 for j, c in enumerate(cmds)]
-        texts = [p.communicate(timeout=a.timeout)[0] for p in procs]
-        wall = time.time() - t0
-        for p, c, text in zip(procs, cmds, texts):
-            if p.returncode != 0:
-                raise Failure(f"{tag}: exit {p.returncode}\n$ {' '.join(c)}\n{text[-3000:]}")
+            raise Failure(f"{tag}: exit {rc}\n$ {' '.join(c)}\n{text[-3000:]}")
+    texts = [text for _, text in done]
     per_job = [lockstep_rows(a, out, tag) for out in outs]
     g = re.search(r"guarantees:\s*(.*)", texts[0])
     steady = [[r["ms"] for r in rows[a.warmup:]] for rows in per_job]
-    # One step of the whole global batch at the jobs' summed throughput.
-    step_ms = [jobs / sum(1.0 / t for t in ts) for ts in zip(*steady)]
+    # Side by side: one step of the whole global batch at the jobs' summed throughput.
+    step_ms = steady[0] if jobs == 1 else \
+        [jobs / sum(1.0 / t for t in ts) for ts in zip(*steady)]
     res = {"step_ms": step_ms, "loss_last": per_job[0][-1]["loss"], "wall_s": round(wall, 2),
            "guarantees": g.group(1).strip() if g else None, "microbatch": mb,
            "peak_rss_mib": max((peak_rss_mib(f"{o}.rss") or 0 for o in outs), default=0) or None}
