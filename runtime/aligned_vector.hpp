@@ -5,29 +5,30 @@
 // kernel's operation order is fixed by indices, not addresses). It does change speed: a 64-byte
 // load from a buffer 16 bytes off a line boundary (what malloc gives large allocations) touches
 // two lines, and the GEMM reads rows of A in place only when they fall on whole lines
-// (runtime/gemm_kernel.hpp, rows_spread).
+// (runtime/gemm_kernel.hpp, rows_spread). Vectors of 2 MiB or more sit on huge pages
+// (runtime/host_memory.hpp).
 #pragma once
 
 #include <cstddef>
-#include <new>
 #include <vector>
+
+#include "runtime/host_memory.hpp"
 
 namespace lockstep {
 
-template <class T, std::size_t Align = 64>
+template <class T>
 struct AlignedAllocator {
   using value_type = T;
   AlignedAllocator() noexcept = default;
   template <class U>
-  AlignedAllocator(const AlignedAllocator<U, Align>&) noexcept {}
+  AlignedAllocator(const AlignedAllocator<U>&) noexcept {}
   template <class U>
   struct rebind {
-    using other = AlignedAllocator<U, Align>;
+    using other = AlignedAllocator<U>;
   };
-  T* allocate(std::size_t n) {
-    return static_cast<T*>(::operator new (n * sizeof(T), std::align_val_t{Align}));
-  }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete (p, std::align_val_t{Align}); }
+  // std::vector value-initializes what it constructs, so the block need not come zeroed.
+  T* allocate(std::size_t n) { return static_cast<T*>(host_alloc(n * sizeof(T), false)); }
+  void deallocate(T* p, std::size_t n) noexcept { host_free(p, n * sizeof(T)); }
   friend bool operator==(const AlignedAllocator&, const AlignedAllocator&) { return true; }
 };
 

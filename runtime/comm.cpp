@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "runtime/error.hpp"
+#include "runtime/host_memory.hpp"
 #include "runtime/watchdog.hpp"
 
 namespace lockstep {
@@ -162,7 +163,9 @@ Communicator init_world(int* argc, char*** argv, int required, int* provided) {
 
 Context::Context(int* argc, char*** argv, int required_thread_level)
     : world_(init_world(argc, argv, required_thread_level, &thread_level_)),
-      tag_("rank" + std::to_string(world_.rank())) {}
+      tag_("rank" + std::to_string(world_.rank())) {
+  host_heap_policy();
+}
 
 Context::~Context() {
   int fin = 0;

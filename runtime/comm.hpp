@@ -79,7 +79,8 @@ class Communicator {
 
 // The MPI process context: MPI_Init_thread on construction (MPI_THREAD_FUNNELED by
 // default: OpenMP threads compute, only the main thread calls MPI), MPI_Finalize on
-// destruction. One per process; constructing a second one throws.
+// destruction. One per process; constructing a second one throws. It also sets the host heap's
+// policy (runtime/host_memory.hpp, host_heap_policy).
 class Context {
  public:
   Context(int* argc, char*** argv, int required_thread_level = MPI_THREAD_FUNNELED);

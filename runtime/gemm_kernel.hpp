@@ -27,15 +27,14 @@
 #include <atomic>
 #include <bit>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
-#include <new>
 #include <numeric>
 #include <string>
 #include <type_traits>
 #include <vector>
 
 #include "runtime/gemm.hpp"
+#include "runtime/host_memory.hpp"
 #include "runtime/reduce_tree.hpp"
 #include "runtime/simd.hpp"
 
@@ -93,22 +92,22 @@ EigenInfo eigen_info_avx512();
 
 namespace {
 
-// Grow-only 64-byte-aligned scratch buffer, one per owner (thread_local where per thread), so
-// repeated calls do not pay page faults again.
+// Grow-only 64-byte-aligned scratch buffer (2 MiB and more on huge pages), one per owner
+// (thread_local where per thread), so repeated calls do not pay page faults again.
 struct Scratch {
   float* p = nullptr;
   std::size_t cap = 0;
   float* get(std::size_t n) {
     if (n > cap) {
-      std::free(p);
-      const std::size_t bytes = ((n * sizeof(float) + 63) / 64) * 64;
-      p = static_cast<float*>(std::aligned_alloc(64, bytes));
-      if (!p) throw std::bad_alloc();
+      host_free(p, cap * sizeof(float));
+      p = nullptr;
+      cap = 0;
+      p = static_cast<float*>(host_alloc(n * sizeof(float), false));
       cap = n;
     }
     return p;
   }
-  ~Scratch() { std::free(p); }
+  ~Scratch() { host_free(p, cap * sizeof(float)); }
 };
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {

@@ -1,9 +1,9 @@
 #include "runtime/tensor.hpp"
 
-#include <cstdlib>
 #include <cstring>
 
 #include "runtime/error.hpp"
+#include "runtime/host_memory.hpp"
 
 namespace lockstep {
 
@@ -56,17 +56,10 @@ Shape contiguous_strides(const Shape& s) {
   return st;
 }
 
-Storage::Storage(std::size_t bytes) : bytes_(bytes) {
-  std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  if (rounded == 0) rounded = kAlign;
-  data_ = std::aligned_alloc(kAlign, rounded);
-  check(data_ != nullptr, "out of memory allocating " + std::to_string(bytes) + " bytes",
-        "use a smaller model, batch or microbatch, or more ranks");
-  std::memset(data_, 0, rounded);
-}
+Storage::Storage(std::size_t bytes) : data_(host_alloc(bytes, true)), bytes_(bytes) {}
 
 Storage::~Storage() {
-  std::free(data_);
+  host_free(data_, bytes_);
 }
 
 ShardDesc ShardDesc::whole(const Shape& global_shape) {

@@ -41,11 +41,11 @@ std::string shape_str(const Shape& s);  // "[4096, 256]"
 std::int64_t shape_numel(const Shape& s);
 Shape contiguous_strides(const Shape& s);
 
-// 64-byte-aligned, zero-initialized bytes. Alignment keeps vector loads aligned and makes
-// a buffer's bits independent of where malloc happened to put it.
+// 64-byte-aligned, zero-initialized bytes (runtime/host_memory.hpp: 2 MiB and more on huge
+// pages). Alignment keeps vector loads aligned and makes a buffer's bits independent of
+// where the allocator happened to put it.
 class Storage {
  public:
-  static constexpr std::size_t kAlign = 64;
   explicit Storage(std::size_t bytes);
   ~Storage();
   Storage(const Storage&) = delete;

@@ -116,7 +116,7 @@ class GradSync {
   std::int64_t flat_len_ = 0;
   ZeroPartition part_;
   GradReducer reducer_;
-  std::vector<float> flat_;     // [dp * grad_block] (ZeRO only): one microbatch
+  AlignedVector<float> flat_;     // [dp * grad_block] (ZeRO only): one microbatch
   AlignedVector<float> reduced_;  // [grad_block] (ZeRO) or [flat_len]; without ZeRO also the
                                   // microbatch buffer (the model's terms, reduced in place)
   bool in_place_ = false;         // the model's gradient terms are views into reduced_
@@ -132,9 +132,9 @@ class GradSync {
     std::int64_t offset, n;
   };
   std::vector<Span> absent_terms_;  // in reduced_: terms of held parameters this stage skips
-  std::vector<float> param_block_, all_params_;   // ZeRO allgather buffers
-  std::vector<std::vector<float>> grad_, m_, v_;  // [param][slice elements]; grad_ only
-                                                  // for parameters of several terms
+  std::vector<float> param_block_, all_params_;     // ZeRO allgather buffers
+  std::vector<AlignedVector<float>> grad_, m_, v_;  // [param][slice elements]; grad_ only
+                                                    // for parameters of several terms
   std::vector<UpdateSlice> slices_;
 };
 

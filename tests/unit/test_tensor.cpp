@@ -3,7 +3,9 @@
 
 #include <cstdint>
 
+#include "runtime/aligned_vector.hpp"
 #include "runtime/error.hpp"
+#include "runtime/host_memory.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/tensor.hpp"
 
@@ -24,6 +26,39 @@ TEST_CASE("owning tensors are 64-byte aligned, zero-filled and typed") {
   Tensor t = Tensor::zeros(DType::f32, {2}, "w");
   REQUIRE_THROWS_WITH(t.data<std::int32_t>(), Catch::Contains("'w'") && Catch::Contains("I32"));
   REQUIRE_THROWS_AS(parse_dtype("BF16"), Error);
+}
+
+TEST_CASE("host memory: small blocks from malloc, large ones mapped on 2 MiB boundaries") {
+  // Sizes around the 2 MiB switch, an odd byte count and a block spanning several huge pages.
+  for (std::size_t bytes : {std::size_t{0}, std::size_t{1}, std::size_t{100}, kHostHugeBlock - 4,
+                            kHostHugeBlock, kHostHugeBlock + 4097, 5 * kHostHugeBlock + 12}) {
+    INFO("bytes " << bytes);
+    auto* p = static_cast<unsigned char*>(host_alloc(bytes, true));
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    REQUIRE(addr % 64 == 0);
+    if (kHostMapsLargeBlocks && bytes >= kHostHugeBlock) REQUIRE(addr % kHostHugeBlock == 0);
+    std::size_t nonzero = 0;
+    for (std::size_t i = 0; i < bytes; ++i) nonzero += p[i] != 0;
+    REQUIRE(nonzero == 0);
+    for (std::size_t i = 0; i < bytes; ++i) p[i] = static_cast<unsigned char>(i * 7 + 1);
+    for (std::size_t i = 0; i < bytes; i += 4093)
+      REQUIRE(p[i] == static_cast<unsigned char>(i * 7 + 1));
+    host_free(p, bytes);
+  }
+  host_free(nullptr, kHostHugeBlock);  // a no-op, as free(nullptr)
+  // A vector that grows across the switch keeps its values (allocate, copy, deallocate).
+  AlignedVector<float> v;
+  for (int i = 0; i < (3 << 20) / 4; ++i) v.push_back(static_cast<float>(i));
+  REQUIRE(reinterpret_cast<std::uintptr_t>(v.data()) % 64 == 0);
+  for (int i = 0; i < (3 << 20) / 4; i += 997)
+    REQUIRE(v[static_cast<std::size_t>(i)] == static_cast<float>(i));
+  // A tensor over the switch is zero-filled like a small one.
+  Tensor t = Tensor::zeros(DType::f32, {1024, 1024}, "big");
+  REQUIRE(t.owns_storage());
+  const float* f = t.data<float>();
+  std::int64_t nonzero = 0;
+  for (std::int64_t i = 0; i < t.numel(); ++i) nonzero += f[i] != 0.0f;
+  REQUIRE(nonzero == 0);
 }
 
 TEST_CASE("views, slices, reshape and clone share or copy exactly the right bits") {
