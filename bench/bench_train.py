@@ -218,11 +218,32 @@ def peak_rss_mib(path):
     return round(max(kib) / 1024, 1) if kib else None
 
 
+def start_cmd(cmd, env, cpu=None):
+    """Starts cmd in a session of its own (so that a timeout can kill all of it: mpirun's
+    ranks, /usr/bin/time's child), pinned to `cpu` when one is given."""
+    pin = None if cpu is None else (lambda: os.sched_setaffinity(0, {cpu}))
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True, preexec_fn=pin)
+
+
+def finish_cmds(procs, timeout, t0):
+    """Waits for procs until t0 + timeout; returns [(exit code, output)]. On a timeout every
+    process group still running is killed and TimeoutExpired raised."""
+    try:
+        texts = [p.communicate(timeout=max(1.0, timeout - (time.time() - t0)))[0] for p in procs]
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+        raise
+    return [(p.returncode, t) for p, t in zip(procs, texts)]
+
+
 def run_cmd(cmd, env, timeout):
     t0 = time.time()
-    p = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       text=True, timeout=timeout)
-    return p.returncode, p.stdout, time.time() - t0
+    [(rc, text)] = finish_cmds([start_cmd(cmd, env)], timeout, t0)
+    return rc, text, time.time() - t0
 
 
 class Failure(Exception):
@@ -248,26 +269,14 @@ def lockstep_rows(a, out, tag):
 
 def run_side_by_side(cmds, env, timeout, tag):
     """Runs cmds at once, command j pinned to CPU j of those this process may use; returns
-    [(exit code, output)] and the wall time. On a timeout every command's process group is
-    killed."""
+    [(exit code, output)] and the wall time (finish_cmds: a timeout kills them all)."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < len(cmds):
         raise Failure(f"{tag}: {len(cmds)} jobs need {len(cmds)} CPUs, this process may use "
                       f"{len(cpus)}")
     t0 = time.time()
-    procs = [subprocess.Popen(c, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, start_new_session=True,
-                              preexec_fn=lambda cpu=cpus[j]: os.sched_setaffinity(0, {cpu}))
-             for j, c in enumerate(cmds)]
-    try:
-        texts = [p.communicate(timeout=max(1.0, timeout - (time.time() - t0)))[0] for p in procs]
-    except subprocess.TimeoutExpired:
-        for p in procs:  # the whole group: /usr/bin/time's child too
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        raise
-    return [(p.returncode, t) for p, t in zip(procs, texts)], time.time() - t0
+    procs = [start_cmd(c, env, cpus[j]) for j, c in enumerate(cmds)]
+    return finish_cmds(procs, timeout, t0), time.time() - t0
 
 
 def run_lockstep(a, cfg, tmp, tag):
