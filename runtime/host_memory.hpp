@@ -14,13 +14,15 @@
 namespace lockstep {
 
 // Blocks of at least this many bytes are mapped, 2 MiB-aligned, with the huge-page advice;
-// except under AddressSanitizer, where every block comes from malloc, whose red zones catch
-// overruns that a bare mapping would not.
+// except under a sanitizer that instruments memory (address, hwaddress, memory), where every
+// block comes from its malloc, whose red zones, tags or shadow catch what a bare mapping
+// would not.
 inline constexpr std::size_t kHostHugeBlock = std::size_t{2} << 20;
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_HWADDRESS__)
 inline constexpr bool kHostMapsLargeBlocks = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(hwaddress_sanitizer) || \
+    __has_feature(memory_sanitizer)
 inline constexpr bool kHostMapsLargeBlocks = false;
 #else
 inline constexpr bool kHostMapsLargeBlocks = true;
@@ -35,11 +37,13 @@ inline constexpr bool kHostMapsLargeBlocks = true;
 void* host_alloc(std::size_t bytes, bool zeroed);
 void host_free(void* p, std::size_t bytes) noexcept;
 
-// Fixes glibc malloc's mmap threshold at 32 MiB and its trim threshold at 64 MiB, the values
-// its dynamic rule reaches once a large mapped block has been freed (which, with the large
-// blocks mapped here instead, may never happen). Below them freed blocks stay in the heap and
-// are reused, so a step's temporaries are not mapped and faulted in anew at every step.
-// Process-wide; runtime::Context calls it once at start. Nothing under AddressSanitizer.
+// Fixes glibc malloc's mmap threshold at 32 MiB and its trim threshold at 64 MiB, the most
+// its dynamic rule would raise them to (it raises them to the size of each mapped block of up
+// to 32 MiB that is freed; with the large blocks mapped here, few such frees happen). Below
+// them freed blocks stay in the heap and are reused, so a step's temporaries are not mapped
+// and faulted in anew at every step. Process-wide; runtime::Context calls it once at start.
+// A hint: an allocator that ignores or refuses it (a sanitizer's, one preloaded) changes
+// speed only, so the call then does nothing.
 void host_heap_policy();
 
 }  // namespace lockstep

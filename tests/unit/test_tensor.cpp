@@ -46,6 +46,9 @@ TEST_CASE("host memory: small blocks from malloc, large ones mapped on 2 MiB bou
     host_free(p, bytes);
   }
   host_free(nullptr, kHostHugeBlock);  // a no-op, as free(nullptr)
+  // A size that an overflowed element count gives is refused, not wrapped.
+  REQUIRE_THROWS_AS(host_alloc(SIZE_MAX, false), Error);
+  REQUIRE_THROWS_AS(host_alloc(SIZE_MAX - kHostHugeBlock, true), Error);
   // A vector that grows across the switch keeps its values (allocate, copy, deallocate).
   AlignedVector<float> v;
   for (int i = 0; i < (3 << 20) / 4; ++i) v.push_back(static_cast<float>(i));
