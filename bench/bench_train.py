@@ -156,8 +156,14 @@ def tunables(a):
 LAYOUTS = {"np1x2": (1, 2, 1), "np2x1": (2, 1, 1), "np1x1": (1, 1, 1), "2xnp1x1": (1, 1, 2)}
 
 
+def jobs_of(c):
+    """How many independent jobs a configuration runs side by side: 1 for every real layout
+    (whose config and JSON rows carry no "jobs" key), 2 for 2xnp1x1."""
+    return c.get("jobs", 1)
+
+
 def total_threads(c):
-    return c["np"] * c["threads"] * c.get("jobs", 1)
+    return c["np"] * c["threads"] * jobs_of(c)
 
 
 def mpirun_prefix(a, np_, threads):
@@ -280,7 +286,7 @@ def run_side_by_side(cmds, env, timeout, tag):
 
 
 def run_lockstep(a, cfg, tmp, tag):
-    jobs = cfg.get("jobs", 1)
+    jobs = jobs_of(cfg)
     if GLOBAL_BATCH % jobs:
         raise Failure(f"{tag}: global batch {GLOBAL_BATCH} does not split over {jobs} jobs")
     batch = GLOBAL_BATCH // jobs
@@ -366,12 +372,12 @@ def run_tax(a, np_, threads, tmp):
 
 
 def config_name(c):
-    jobs = f"{c['jobs']}x" if c.get("jobs", 1) > 1 else ""
+    jobs = f"{c['jobs']}x" if jobs_of(c) > 1 else ""
     return f"{c['impl']}/{c['mode']}/{jobs}np{c['np']}x{c['threads']}t"
 
 
 def layout_text(c):
-    jobs = f"{c['jobs']} jobs of " if c.get("jobs", 1) > 1 else ""
+    jobs = f"{c['jobs']} jobs of " if jobs_of(c) > 1 else ""
     return f"{jobs}{c['np']} x {c['threads']}"
 
 
@@ -411,7 +417,7 @@ def paired_rounds(runs, summary):
     Returns per-round lists and their medians."""
     def best(impl, mode):
         cs = [c for c in summary if c["impl"] == impl and c["mode"] == mode
-              and c.get("jobs", 1) == 1]  # side-by-side jobs are a yardstick, not a layout
+              and jobs_of(c) == 1]  # side-by-side jobs are a yardstick, not a layout
         return min(cs, key=lambda c: c["ms_median"])["config"] if cs else None
     by_round = {}
     for r in runs:
@@ -507,7 +513,7 @@ def main():
         taxes = {}
         if a.tax_steps > 0:
             for np_, th in sorted({(c["np"], c["threads"]) for c in configs
-                                   if c["impl"] == "lockstep" and c.get("jobs", 1) == 1}):
+                                   if c["impl"] == "lockstep" and jobs_of(c) == 1}):
                 taxes[(np_, th)] = run_tax(a, np_, th, tmp)
                 print(json.dumps({"bench": "train_tax_interleaved", "np": np_, "threads": th,
                                   "paired_tax_pct": taxes[(np_, th)]}), flush=True)
@@ -542,7 +548,7 @@ def main():
              "peak_rss_mib": max((x.get("peak_rss_mib") or 0 for x in rs), default=0) or None,
              "tax": None,
              "tax_interleaved": None}
-        if c["impl"] == "lockstep" and c.get("jobs", 1) == 1 and (c["np"], c["threads"]) in taxes:
+        if c["impl"] == "lockstep" and jobs_of(c) == 1 and (c["np"], c["threads"]) in taxes:
             t = taxes[(c["np"], c["threads"])].get(c["mode"])
             if t:
                 s["tax_interleaved"] = {k: t[k] for k in ("median", "ci95", "p25", "p75", "n")}
@@ -552,7 +558,7 @@ def main():
             continue
         fast = next((f for f in summary if f["impl"] == "lockstep" and f["mode"] == "fast"
                      and f["np"] == s["np"] and f["threads"] == s["threads"]
-                     and f.get("jobs", 1) == s.get("jobs", 1)), None)
+                     and jobs_of(f) == jobs_of(s)), None)
         if fast:
             s["tax"] = round(s["ms_median"] / fast["ms_median"] - 1, 4)
     for s in summary:
