@@ -71,6 +71,30 @@ float* TreeCombiner::open_node(std::int64_t width) {
   return nullptr;
 }
 
+namespace {
+constexpr std::int64_t kMergeBlock = 1024;  // elements per pass through an L1 buffer
+
+// dst[i] = L[merges-1][at+i] + (... + (L[0][at+i] + part[i])) for i < n (part null: +0.0),
+// n <= kMergeBlock. One level at a time over a block held in L1, so that the adds vectorize (a
+// loop over the levels inside the loop over elements did not); each element's adds and their
+// order are those of that loop. dst may be L[merges-1] + at: it is written last.
+void merge_block(float* dst, const float* const* L, std::int64_t at, int merges, const float* part,
+                 std::int64_t n) {
+  alignas(64) float v[kMergeBlock];
+  const float* l0 = L[0] + at;
+  if (part) {
+    for (std::int64_t i = 0; i < n; ++i) v[i] = l0[i] + part[i];
+  } else {
+    for (std::int64_t i = 0; i < n; ++i) v[i] = l0[i] + 0.0f;
+  }
+  for (int k = 1; k < merges; ++k) {
+    const float* l = L[k] + at;
+    for (std::int64_t i = 0; i < n; ++i) v[i] = l[i] + v[i];
+  }
+  std::copy_n(v, n, dst);
+}
+}  // namespace
+
 // v = L_1 + v, then L_2 + (L_1 + v), ... (L_1 the newest level): each element's merges in
 // one pass, written into the oldest level they fold, which stays on the stack.
 void TreeCombiner::merge_part(std::int64_t offset, const float* part, std::int64_t n) {
@@ -84,12 +108,12 @@ void TreeCombiner::merge_part(std::int64_t offset, const float* part, std::int64
   std::array<const float*, 64> left{};  // merges <= the stack's depth <= log2(leaves) + 1
   for (int k = 0; k < merges; ++k) left[k] = stack_[top - 1 - k] + offset;
   float* dst = stack_[top - merges] + offset;
-  const float* const* L = left.data();
+  const std::int64_t blocks = (n + kMergeBlock - 1) / kMergeBlock;
 #pragma omp parallel for num_threads(threads_) schedule(static) if (threads_ > 1 && n >= 65536)
-  for (std::int64_t e = 0; e < n; ++e) {
-    float v = part ? part[e] : 0.0f;
-    for (int k = 0; k < merges; ++k) v = L[k][e] + v;
-    dst[e] = v;
+  for (std::int64_t b = 0; b < blocks; ++b) {
+    const std::int64_t e = b * kMergeBlock;
+    merge_block(dst + e, left.data(), e, merges, part ? part + e : nullptr,
+                std::min(kMergeBlock, n - e));
   }
   pending_n_ += n;
 }

@@ -166,41 +166,42 @@ TEST_CASE("the tree has a node at every k * n / 2^j cut (halving) and merges_aft
 }
 
 TEST_CASE("TreeCombiner over a microbatch plan equals the literal tree, for any microbatch") {
-  const int len = 3;
-  for (TreeShape shape : kShapes)
-    for (std::int64_t seqs : {1, 3, 4, 6, 7, 12, 16})
-      for (std::int64_t mb = 1; mb <= seqs; ++mb) {
-        if (shape == TreeShape::pow2 && seqs % mb != 0) continue;
-        const MicrobatchPlan plan = plan_microbatches(shape, seqs, mb);
-        auto leaf = mixed_floats(static_cast<std::size_t>(plan.leaves * len), 9 + seqs * 31 + mb);
-        TreeCombiner c(len, shape, plan.leaves);
-        std::int64_t at = 0;
-        std::vector<std::int64_t> widths;
-        for (const Microbatch& m : plan.passes) {
-          widths.push_back(m.width);
-          REQUIRE(m.count <= mb);
-          // the node's own value: the literal tree over its leaves
-          float node[len];
+  // 2,100 elements: the merges run in blocks of 1,024 (runtime/csum.cpp), the last one short
+  for (const int len : {3, 2100})
+    for (TreeShape shape : kShapes)
+      for (std::int64_t seqs : {1, 3, 4, 6, 7, 12, 16})
+        for (std::int64_t mb = 1; mb <= seqs; ++mb) {
+          if (shape == TreeShape::pow2 && seqs % mb != 0) continue;
+          const MicrobatchPlan plan = plan_microbatches(shape, seqs, mb);
+          auto leaf = mixed_floats(static_cast<std::size_t>(plan.leaves * len), 9 + seqs * 31 + mb);
+          TreeCombiner c(len, shape, plan.leaves);
+          std::int64_t at = 0;
+          std::vector<std::int64_t> widths;
+          for (const Microbatch& m : plan.passes) {
+            widths.push_back(m.width);
+            REQUIRE(m.count <= mb);
+            // the node's own value: the literal tree over its leaves
+            std::vector<float> node(static_cast<std::size_t>(len));
+            for (int e = 0; e < len; ++e) {
+              std::vector<float> col;
+              for (std::int64_t i = at; i < at + m.width; ++i) col.push_back(leaf[i * len + e]);
+              node[e] = fold(shape, col);
+            }
+            c.push_node(node.data(), m.width);
+            at += m.width;
+          }
+          std::vector<float> got(static_cast<std::size_t>(len));
+          c.result(got.data());
           for (int e = 0; e < len; ++e) {
             std::vector<float> col;
-            for (std::int64_t i = at; i < at + m.width; ++i) col.push_back(leaf[i * len + e]);
-            node[e] = fold(shape, col);
+            for (std::int64_t i = 0; i < plan.leaves; ++i) col.push_back(leaf[i * len + e]);
+            INFO("tree=" << enum_name(shape) << " seqs=" << seqs << " mb=" << mb);
+            REQUIRE(bits(got[e]) == bits(fold(shape, col)));
+            REQUIRE(bits(c.root()[e]) == bits(got[e]));
           }
-          c.push_node(node, m.width);
-          at += m.width;
+          // It never held more buffers than the deepest stack of the plan (memory_estimate).
+          REQUIRE(c.buffers() == TreeCombiner::peak_levels(shape, plan.leaves, widths));
         }
-        float got[len];
-        c.result(got);
-        for (int e = 0; e < len; ++e) {
-          std::vector<float> col;
-          for (std::int64_t i = 0; i < plan.leaves; ++i) col.push_back(leaf[i * len + e]);
-          INFO("tree=" << enum_name(shape) << " seqs=" << seqs << " mb=" << mb);
-          REQUIRE(bits(got[e]) == bits(fold(shape, col)));
-          REQUIRE(bits(c.root()[e]) == bits(got[e]));
-        }
-        // It never held more buffers than the deepest stack of the plan (memory_estimate).
-        REQUIRE(c.buffers() == TreeCombiner::peak_levels(shape, plan.leaves, widths));
-      }
   // The stack depths the memory estimate counts: ceil(log2 m) for a power of two, else fewer.
   auto singles = [](std::int64_t m) { return std::vector<std::int64_t>(m, 1); };
   REQUIRE(TreeCombiner::peak_levels(TreeShape::halving, 12, singles(12)) == 3);
@@ -281,6 +282,16 @@ TEST_CASE("TreeCombiner: streamed nodes into the caller's root buffer equal push
   REQUIRE_THROWS_AS(c.merge_part(2, v, 4), Error);       // past the end
   c.merge_part(0, v, 4);
   c.close_node();
+  // a node of +0.0 (a pipeline stage's terms of other stages: part null), over several blocks
+  const std::int64_t nz = 2100;
+  auto x = mixed_floats(static_cast<std::size_t>(nz), 5);
+  x[7] = -0.0f;
+  TreeCombiner z(nz, TreeShape::halving, 2);
+  std::copy(x.begin(), x.end(), z.open_node(1));
+  REQUIRE(z.open_node(1) == nullptr);
+  z.merge_part(0, nullptr, nz);
+  z.close_node();
+  for (std::int64_t e = 0; e < nz; ++e) REQUIRE(bits(z.root()[e]) == bits(x[e] + 0.0f));
 }
 
 TEST_CASE("csum_rows equals per-column csum, for any thread count, ISA and tree") {
