@@ -9,6 +9,7 @@
 
 #include "runtime/csum.hpp"
 #include "runtime/error.hpp"
+#include "runtime/row_max.hpp"
 #include "runtime/transcendental.hpp"
 
 namespace lockstep {
@@ -194,25 +195,25 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
           "cross-entropy: label " + std::to_string(labels[t]) + " at position " +
               std::to_string(t) + " is outside the vocabulary [0, " + std::to_string(vocab) + ")",
           "check the dataset labels against model.vocab");
+  // The scan's lanes may end on either zero of a zero maximum: allreduce_max makes it +0.0.
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
-  for (std::int64_t t = 0; t < T; ++t) {
-    const float* l = logits_l + t * vl;
-    float m = l[0];
-    for (std::int64_t v = 1; v < vl; ++v) m = l[v] > m ? l[v] : m;
-    max[t] = m;
-  }
+  for (std::int64_t t = 0; t < T; ++t) max[t] = row_detail::row_max(logits_l + t * vl, vl);
   tp.allreduce_max(std::span<float>(max, static_cast<std::size_t>(T)));
   float* part = scratch;  // [2, T]: sumexp partials, target logits
   const KernelCtx ctx1 = tp.kernel1();
+  // 16 tokens at a time: their exponentials (16 rows of vl) are still in the cache when
+  // csum_each_row sums them, a token in each vector lane.
+  constexpr std::int64_t kGroup = 16;
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
-  for (std::int64_t t = 0; t < T; ++t) {
-    float* l = logits_l + t * vl;
-    const std::int64_t y = labels[t] - lo;
-    part[T + t] = (y >= 0 && y < vl) ? l[y] : kAdditiveIdentity;
-    const float m = max[t];
-    for (std::int64_t v = 0; v < vl; ++v) l[v] = l[v] - m;
-    math::exp(ctx1, l, l, vl);
-    part[t] = csum(l, vl, ctx1.rule());
+  for (std::int64_t t0 = 0; t0 < T; t0 += kGroup) {
+    const std::int64_t rows = std::min(kGroup, T - t0);
+    for (std::int64_t t = t0; t < t0 + rows; ++t) {
+      float* l = logits_l + t * vl;
+      const std::int64_t y = labels[t] - lo;
+      part[T + t] = (y >= 0 && y < vl) ? l[y] : kAdditiveIdentity;
+      math::exp_shifted(ctx1, l, max[t], l, vl);  // exp(l - max): the difference, then exp
+    }
+    csum_each_row(ctx1, logits_l + t0 * vl, rows, vl, vl, part + t0);
   }
   tp.allreduce_sum(std::span<float>(part, static_cast<std::size_t>(2 * T)));
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)

@@ -241,6 +241,31 @@ void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int
   }
 }
 
+namespace csum_detail {
+// runtime/csum_avx512.cpp
+void row_sums16_avx512(const float* X, std::int64_t ld, const std::int64_t* bound,
+                       const std::uint8_t* merges, std::int64_t leaves, float* out);
+}  // namespace csum_detail
+
+void csum_each_row(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
+                   std::int64_t ld, float* out) {
+  validate(ctx);
+  if (ld < cols)
+    fail("csum_each_row: leading dimension " + std::to_string(ld) + " < cols " +
+         std::to_string(cols));
+  const SumRule rule = ctx.rule();
+  const LeafTable leaves(AxisLeaves(rule, cols));
+  const std::int64_t* bound = leaves.bounds();
+  bool blocks16 = ctx.isa == Isa::avx512;
+  for (std::int64_t l = 0; l <= leaves.count() && blocks16; ++l) blocks16 = bound[l] % 16 == 0;
+  const std::int64_t groups = blocks16 ? rows / 16 : 0;
+#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (groups > 1)
+  for (std::int64_t g = 0; g < groups; ++g)
+    csum_detail::row_sums16_avx512(X + g * 16 * ld, ld, bound, leaves.merges(), leaves.count(),
+                                   out + g * 16);
+  for (std::int64_t i = groups * 16; i < rows; ++i) out[i] = csum(X + i * ld, cols, rule);
+}
+
 namespace {
 void tree_sum_rec(TreeShape shape, std::span<const float* const> parts, std::int64_t n, float* out) {
   if (parts.size() == 1) {

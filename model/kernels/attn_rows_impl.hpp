@@ -17,6 +17,7 @@
 #include "model/kernels/attn_rows.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/csum_counter.hpp"
+#include "runtime/row_max.hpp"
 #include "runtime/simd.hpp"
 #include "runtime/transcendental.hpp"
 
@@ -115,20 +116,10 @@ void causal_group16_reduce(const float* a, const float* b, std::int64_t ld, std:
   V::storeu(out, value[0]);  // the schedule's last merge left the root
 }
 
-// max over s[0..n) by m = s[j] > m ? s[j] : m from m = s[0]; lanes keep the same semantics up
-// to the sign of a zero maximum (see attn_rows.hpp for why that sign never matters).
-inline float row_max(const float* s, std::int64_t n) {
-  constexpr int L = 16;
-  float lane[L];
-  for (int l = 0; l < L; ++l) lane[l] = s[0];
-  std::int64_t j = 0;
-  for (; j + L <= n; j += L)
-    for (int l = 0; l < L; ++l) lane[l] = s[j + l] > lane[l] ? s[j + l] : lane[l];
-  float m = lane[0];
-  for (int l = 1; l < L; ++l) m = lane[l] > m ? lane[l] : m;
-  for (; j < n; ++j) m = s[j] > m ? s[j] : m;
-  return m;
-}
+// max over s[0..n) by m = s[j] > m ? s[j] : m from m = s[0] (runtime/row_max.hpp); lanes keep
+// the same semantics up to the sign of a zero maximum (see attn_rows.hpp for why that sign
+// never matters).
+using row_detail::row_max;
 
 // The masked trait's row helpers (V::masked, V::W == 16).
 // Lanes [0, k) of a mask (0 < k <= W).

@@ -313,6 +313,43 @@ TEST_CASE("csum_rows equals per-column csum, for any thread count, ISA and tree"
       }
 }
 
+TEST_CASE("csum_each_row equals the literal csum of each row, for any ISA, thread count and tree") {
+  // 16-row groups take the AVX-512 path where cols and every leaf bound are multiples of 16
+  // (B 16, 64); B 7 and cols 300 take the literal loop; 37 and 35 rows leave partial groups.
+  for (TreeShape shape : kShapes)
+    for (int B : {7, 16, 64})
+      for (auto [rows, cols] : {std::pair{1, 16}, {16, 64}, {37, 1024}, {35, 300}, {33, 2000}}) {
+        const std::int64_t ld = cols + 5;
+        auto x = mixed_floats(static_cast<std::size_t>(rows * ld), rows * 17 + cols + B);
+        std::vector<float> want(rows);
+        for (int r = 0; r < rows; ++r)
+          want[r] = literal_csum(std::vector<float>(x.begin() + r * ld, x.begin() + r * ld + cols),
+                                 B, shape);
+        for (Isa isa : supported_isas())
+          for (int threads : {1, 2, 3}) {
+            std::vector<float> got(rows, 123.0f);
+            csum_each_row(KernelCtx{isa, threads, B, shape}, x.data(), rows, cols, ld, got.data());
+            INFO("isa=" << isa_name(isa) << " B=" << B << " rows=" << rows << " cols=" << cols
+                        << " threads=" << threads);
+            REQUIRE(same_bits(got.data(), want.data(), rows));
+          }
+      }
+  // A token axis of sequences: 96 (leaves of 64 and 32, bounds multiples of 16) and 40 (not).
+  for (std::int64_t seq : {96, 40}) {
+    const std::int64_t rows = 20, cols = 4 * seq;
+    auto x = mixed_floats(static_cast<std::size_t>(rows * cols), seq);
+    std::vector<float> want(rows), got(rows);
+    for (std::int64_t r = 0; r < rows; ++r)
+      want[r] = literal_csum(std::vector<float>(x.begin() + r * cols, x.begin() + (r + 1) * cols),
+                             64, TreeShape::halving, seq);
+    const KernelCtx tok = KernelCtx{best_isa(), 2, 64, TreeShape::halving}.over_sequences(seq);
+    csum_each_row(tok, x.data(), rows, cols, cols, got.data());
+    INFO("seq=" << seq);
+    REQUIRE(same_bits(got.data(), want.data(), rows));
+  }
+  REQUIRE_THROWS_AS(csum_each_row(KernelCtx{}, nullptr, 1, 8, 4, nullptr), Error);  // ld < cols
+}
+
 TEST_CASE("csum_rows over sequences: DP shards of whole sequences combine to the whole") {
   const int B = 64, len = 5;
   const std::int64_t seq = 96, S = 12;  // a context that is not a multiple of B
