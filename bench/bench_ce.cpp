@@ -1,0 +1,77 @@
+// bench_ce: speed of the vocab-parallel cross-entropy (parallel/vocab_parallel.hpp) on one
+// process (TP 1) at a microbatch's shape, default GPT-2 small's (1,024 tokens, vocabulary
+// 50,304). Prints one JSON object per line:
+//   {"bench":"ce","op","isa","threads","T","vocab","block","ms_min","ms_median","trials"}
+// op "forward": vocab_parallel_ce_forward (max, exp, sums of exp, loss) over logits restored
+// before every trial (outside the timing); op "backward": vocab_parallel_ce_backward over the
+// forward's exponentials. Logits are uniform in [-10, 10); labels spread over the vocabulary.
+// On a VM whose speed drifts, the minimum is the steadiest figure.
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <vector>
+
+#include "parallel/tp_layers.hpp"
+#include "parallel/vocab_parallel.hpp"
+#include "runtime/isa.hpp"
+#include "runtime/random.hpp"
+
+using namespace lockstep;
+
+namespace {
+// min and median of `trials` timings of run(), each after prepare() (not timed)
+std::pair<double, double> time_ms(int trials, const std::function<void()>& prepare,
+                                  const std::function<void()>& run) {
+  std::vector<double> ms;
+  for (int i = 0; i < trials; ++i) {
+    prepare();
+    const auto t0 = std::chrono::steady_clock::now();
+    run();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                     .count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return {ms.front(), ms[ms.size() / 2]};
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"Vocab-parallel cross-entropy, forward and backward: ms per call"};
+  std::int64_t T = 1024, vocab = 50304;
+  int threads = 1, block = 64, trials = 7;
+  app.add_option("--tokens", T, "tokens per call")->check(CLI::PositiveNumber);
+  app.add_option("--vocab", vocab, "vocabulary (logits per token)")->check(CLI::PositiveNumber);
+  app.add_option("--threads", threads, "threads")->check(CLI::PositiveNumber);
+  app.add_option("--block", block, "reduce block B")->check(CLI::PositiveNumber);
+  app.add_option("--trials", trials, "timed trials (min and median reported)")
+      ->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  const auto n = static_cast<std::size_t>(T * vocab);
+  std::vector<float> logits(n), work(n), max(T), sumexp(T), scratch(2 * T), loss(T);
+  fill_uniform(3, 1, 0, logits.data(), static_cast<std::int64_t>(n), -10.0f, 10.0f);
+  std::vector<std::int32_t> labels(static_cast<std::size_t>(T));
+  for (std::int64_t t = 0; t < T; ++t) labels[t] = static_cast<std::int32_t>((t * 7919) % vocab);
+  const KernelCtx ctx = KernelCtx::best(threads, block);
+  const TpContext tp(nullptr, Determinism::invariant, ctx);
+  auto restore = [&] { std::copy(logits.begin(), logits.end(), work.begin()); };
+  auto forward = [&] {
+    vocab_parallel_ce_forward(tp, work.data(), labels.data(), T, vocab, max.data(), sumexp.data(),
+                              scratch.data(), loss.data());
+  };
+  auto print = [&](const char* op, std::pair<double, double> t) {
+    std::printf(
+        "{\"bench\":\"ce\",\"op\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"T\":%ld,\"vocab\":%ld,"
+        "\"block\":%d,\"ms_min\":%.3f,\"ms_median\":%.3f,\"trials\":%d}\n",
+        op, isa_name(ctx.isa), threads, static_cast<long>(T), static_cast<long>(vocab), block,
+        t.first, t.second, trials);
+  };
+  print("forward", time_ms(trials, restore, forward));
+  print("backward", time_ms(trials, [&] { restore(), forward(); }, [&] {
+    vocab_parallel_ce_backward(tp, work.data(), sumexp.data(), labels.data(), T, vocab, 1.0f);
+  }));
+  return 0;
+}
