@@ -202,8 +202,9 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
   float* part = scratch;  // [2, T]: sumexp partials, target logits
   const KernelCtx ctx1 = tp.kernel1();
   // 16 tokens at a time: their exponentials (16 rows of vl) are still in the cache when
-  // csum_each_row sums them, a token in each vector lane.
+  // row_sums sums them, a token in each vector lane.
   constexpr std::int64_t kGroup = 16;
+  const RowCsums row_sums(ctx1, vl);
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)
   for (std::int64_t t0 = 0; t0 < T; t0 += kGroup) {
     const std::int64_t rows = std::min(kGroup, T - t0);
@@ -213,7 +214,7 @@ void vocab_parallel_ce_forward(const TpContext& tp, float* logits_l, const std::
       part[T + t] = (y >= 0 && y < vl) ? l[y] : kAdditiveIdentity;
       math::exp_shifted(ctx1, l, max[t], l, vl);  // exp(l - max): the difference, then exp
     }
-    csum_each_row(ctx1, logits_l + t0 * vl, rows, vl, vl, part + t0);
+    row_sums(logits_l + t0 * vl, rows, vl, part + t0);
   }
   tp.allreduce_sum(std::span<float>(part, static_cast<std::size_t>(2 * T)));
 #pragma omp parallel for num_threads(ctx.threads) schedule(static)

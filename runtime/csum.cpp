@@ -247,23 +247,23 @@ void row_sums16_avx512(const float* X, std::int64_t ld, const std::int64_t* boun
                        const std::uint8_t* merges, std::int64_t leaves, float* out);
 }  // namespace csum_detail
 
-void csum_each_row(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
-                   std::int64_t ld, float* out) {
-  validate(ctx);
-  if (ld < cols)
-    fail("csum_each_row: leading dimension " + std::to_string(ld) + " < cols " +
-         std::to_string(cols));
-  const SumRule rule = ctx.rule();
-  const LeafTable leaves(AxisLeaves(rule, cols));
-  const std::int64_t* bound = leaves.bounds();
-  bool blocks16 = ctx.isa == Isa::avx512;
-  for (std::int64_t l = 0; l <= leaves.count() && blocks16; ++l) blocks16 = bound[l] % 16 == 0;
-  const std::int64_t groups = blocks16 ? rows / 16 : 0;
-#pragma omp parallel for num_threads(ctx.threads) schedule(static) if (groups > 1)
+RowCsums::RowCsums(const KernelCtx& ctx, std::int64_t cols)
+    : ctx_(ctx), cols_(cols), leaves_((validate(ctx), AxisLeaves(ctx.rule(), cols))) {
+  blocks16_ = ctx.isa == Isa::avx512;
+  for (std::int64_t l = 0; l <= leaves_.count() && blocks16_; ++l)
+    blocks16_ = leaves_.bounds()[l] % 16 == 0;
+}
+
+void RowCsums::operator()(const float* X, std::int64_t rows, std::int64_t ld, float* out) const {
+  if (ld < cols_)
+    fail("RowCsums: leading dimension " + std::to_string(ld) + " < cols " + std::to_string(cols_));
+  const std::int64_t groups = blocks16_ ? rows / 16 : 0;
+#pragma omp parallel for num_threads(ctx_.threads) schedule(static) if (groups > 1)
   for (std::int64_t g = 0; g < groups; ++g)
-    csum_detail::row_sums16_avx512(X + g * 16 * ld, ld, bound, leaves.merges(), leaves.count(),
-                                   out + g * 16);
-  for (std::int64_t i = groups * 16; i < rows; ++i) out[i] = csum(X + i * ld, cols, rule);
+    csum_detail::row_sums16_avx512(X + g * 16 * ld, ld, leaves_.bounds(), leaves_.merges(),
+                                   leaves_.count(), out + g * 16);
+  const SumRule rule = ctx_.rule();
+  for (std::int64_t i = groups * 16; i < rows; ++i) out[i] = csum(X + i * ld, cols_, rule);
 }
 
 namespace {

@@ -120,13 +120,23 @@ float cdot(const float* a, const float* b, std::int64_t n, const SumRule& rule,
 // split columns.
 void csum_rows(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
                std::int64_t ld, float* out);
-// Row sums out[i] = csum(X + i * ld, cols, ctx.rule()) for i < rows: the literal csum's bits
-// on every path. The AVX-512 path sums 16 rows at once, a row in each lane (16 x 16 blocks
-// transposed, so that step k of the rows' leaf chains is one vector add, the leaves merged by the
-// tree's schedule on vectors), where cols and every leaf bound are multiples of 16; other rows
-// take the literal loop. ctx.threads split the rows. The cross-entropy's sums of exponentials.
-void csum_each_row(const KernelCtx& ctx, const float* X, std::int64_t rows, std::int64_t cols,
-                   std::int64_t ld, float* out);
+// Row sums out[i] = csum(X + i * ld, cols, ctx.rule()) for rows of `cols` values: the literal
+// csum's bits on every path. The AVX-512 path sums 16 rows at once, a row in each lane (16 x 16
+// blocks transposed, so that step k of the rows' leaf chains is one vector add, the leaves
+// merged by the tree's schedule on vectors), where cols and every leaf bound are multiples of
+// 16; other rows take the literal loop. ctx.threads split the rows. The leaves are laid out
+// once, at construction, for every call (the cross-entropy calls it per 16 tokens).
+class RowCsums {
+ public:
+  RowCsums(const KernelCtx& ctx, std::int64_t cols);  // throws on an invalid ctx
+  void operator()(const float* X, std::int64_t rows, std::int64_t ld, float* out) const;
+
+ private:
+  KernelCtx ctx_;
+  std::int64_t cols_;
+  LeafTable leaves_;
+  bool blocks16_ = false;  // the AVX-512 path applies
+};
 // Elementwise tree over parts: out[e] = T(parts[0][e], ..., parts[P-1][e]) in the shape's
 // association. This is how the nodes that K shards, ranks or microbatches own combine.
 void tree_sum(TreeShape shape, std::span<const float* const> parts, std::int64_t n, float* out);

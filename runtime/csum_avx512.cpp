@@ -1,5 +1,4 @@
-// The avx512 path of csum_each_row (runtime/csum.cpp's dispatch, after validate() checked the
-// ISA): 16 rows summed at once, one per lane of a vector. Same bits as the literal csum of each
+// The avx512 path of RowCsums (runtime/csum.cpp's dispatch, after validate() checked the ISA): 16 rows summed at once, one per lane of a vector. Same bits as the literal csum of each
 // row (docs/design.md section 2).
 #include <cstdint>
 

@@ -313,7 +313,7 @@ TEST_CASE("csum_rows equals per-column csum, for any thread count, ISA and tree"
       }
 }
 
-TEST_CASE("csum_each_row equals the literal csum of each row, for any ISA, thread count and tree") {
+TEST_CASE("RowCsums equals the literal csum of each row, for any ISA, thread count and tree") {
   // 16-row groups take the AVX-512 path where cols and every leaf bound are multiples of 16
   // (B 16, 64); B 7 and cols 300 take the literal loop; 37 and 35 rows leave partial groups.
   for (TreeShape shape : kShapes)
@@ -328,7 +328,7 @@ TEST_CASE("csum_each_row equals the literal csum of each row, for any ISA, threa
         for (Isa isa : supported_isas())
           for (int threads : {1, 2, 3}) {
             std::vector<float> got(rows, 123.0f);
-            csum_each_row(KernelCtx{isa, threads, B, shape}, x.data(), rows, cols, ld, got.data());
+            RowCsums(KernelCtx{isa, threads, B, shape}, cols)(x.data(), rows, ld, got.data());
             INFO("isa=" << isa_name(isa) << " B=" << B << " rows=" << rows << " cols=" << cols
                         << " threads=" << threads);
             REQUIRE(same_bits(got.data(), want.data(), rows));
@@ -343,11 +343,11 @@ TEST_CASE("csum_each_row equals the literal csum of each row, for any ISA, threa
       want[r] = literal_csum(std::vector<float>(x.begin() + r * cols, x.begin() + (r + 1) * cols),
                              64, TreeShape::halving, seq);
     const KernelCtx tok = KernelCtx{best_isa(), 2, 64, TreeShape::halving}.over_sequences(seq);
-    csum_each_row(tok, x.data(), rows, cols, cols, got.data());
+    RowCsums(tok, cols)(x.data(), rows, cols, got.data());
     INFO("seq=" << seq);
     REQUIRE(same_bits(got.data(), want.data(), rows));
   }
-  REQUIRE_THROWS_AS(csum_each_row(KernelCtx{}, nullptr, 1, 8, 4, nullptr), Error);  // ld < cols
+  REQUIRE_THROWS_AS(RowCsums(KernelCtx{}, 8)(nullptr, 1, 4, nullptr), Error);  // ld < cols
 }
 
 TEST_CASE("csum_rows over sequences: DP shards of whole sequences combine to the whole") {
