@@ -6,7 +6,8 @@ global batch read from the TOML).
 Runs, interleaved (round r runs every configuration once, in an order rotated by r, so
 all configurations see the same machine noise), --reps rounds of:
   lockstep {invariant, deterministic, fast} at each of --layouts (np 1 x 2 threads and np 2 x 1
-    thread by default)
+    thread by default; np2x1tp2 runs the two ranks as TP 2: each rank holds half of every
+    weight matrix and trains the whole batch, exchanging activations instead of gradients)
   PyTorch (bench/torch_gpt.py, DDP over gloo for np 2) at np 2 x 1 thread and np 1 x 2
 plus the FMA peak (bench_fma_peak, 1 and 2 threads) before and after each round. Builds
 nothing.
@@ -115,8 +116,9 @@ def parse_args():
                         "(--bind-to core --map-by slot:PE=1)")
     p.add_argument("--modes", default="invariant,deterministic,fast")
     p.add_argument("--layouts", default="np1x2,np2x1",
-                   help="lockstep layouts: comma list of np1x2, np2x1, np1x1 and 2xnp1x1 (two "
-                        "np 1 x 1 jobs side by side, each on its own CPU with half the batch)")
+                   help="lockstep layouts: comma list of np1x2, np2x1, np2x1tp2 (two ranks of "
+                        "one thread as TP 2 instead of DP 2), np1x1 and 2xnp1x1 (two np 1 x 1 "
+                        "jobs side by side, each on its own CPU with half the batch)")
     p.add_argument("--no-torch", action="store_true", help="skip the PyTorch baseline")
     p.add_argument("--malloc-thp", choices=["on", "off"], default="on",
                    help="run every process (lockstep and torch) with GLIBC_TUNABLES="
@@ -152,14 +154,25 @@ def tunables(a):
     return f"{have}:{MALLOC_THP}" if have else MALLOC_THP
 
 
-# Lockstep layouts: name -> (np, threads per rank, independent jobs side by side).
-LAYOUTS = {"np1x2": (1, 2, 1), "np2x1": (2, 1, 1), "np1x1": (1, 1, 1), "2xnp1x1": (1, 1, 2)}
+# Lockstep layouts: name -> (np, threads per rank, independent jobs side by side, TP size).
+LAYOUTS = {"np1x2": (1, 2, 1, 1), "np2x1": (2, 1, 1, 1), "np2x1tp2": (2, 1, 1, 2),
+           "np1x1": (1, 1, 1, 1), "2xnp1x1": (1, 1, 2, 1)}
 
 
 def jobs_of(c):
     """How many independent jobs a configuration runs side by side: 1 for every real layout
     (whose config and JSON rows carry no "jobs" key), 2 for 2xnp1x1."""
     return c.get("jobs", 1)
+
+
+def tp_of(c):
+    """The tensor-parallel size of a configuration: 1 (no "tp" key) but for np2x1tp2."""
+    return c.get("tp", 1)
+
+
+def per_rank_batch(c, batch):
+    """Sequences per DP rank: TP ranks share theirs, so dp = np / tp splits the batch."""
+    return batch // (c["np"] // tp_of(c))
 
 
 def total_threads(c):
@@ -263,7 +276,8 @@ def lockstep_cmd(a, cfg, out, batch, mb):
     return cmd + time_rss(f"{out}.rss") + [a.lockstep, "train", a.config,
             "--set", f"run.steps={a.steps}", "--set", f"run.out={out}",
             "--set", f"run.threads={cfg['threads']}", "--set", f"run.determinism={cfg['mode']}",
-            "--set", f"data.global_batch={batch}", "--set", f"parallel.microbatch={mb}"]
+            "--set", f"data.global_batch={batch}", "--set", f"parallel.microbatch={mb}",
+            "--set", f"parallel.tp={tp_of(cfg)}"]
 
 
 def lockstep_rows(a, out, tag):
@@ -290,7 +304,7 @@ def run_lockstep(a, cfg, tmp, tag):
     if GLOBAL_BATCH % jobs:
         raise Failure(f"{tag}: global batch {GLOBAL_BATCH} does not split over {jobs} jobs")
     batch = GLOBAL_BATCH // jobs
-    mb = a.microbatch or batch // cfg["np"]
+    mb = a.microbatch or per_rank_batch(cfg, batch)
     env = thread_env(a, cfg["threads"])
     outs = [Path(tmp) / (tag if jobs == 1 else f"{tag}-job{j}") for j in range(jobs)]
     cmds = [lockstep_cmd(a, cfg, out, batch, mb) for out in outs]
@@ -355,30 +369,33 @@ def peak_of(peaks, threads=2):
                default=117.0 * threads)
 
 
-def run_tax(a, np_, threads, tmp):
+def run_tax(a, np_, threads, tp, tmp):
     """lockstep tax --interleaved at one layout: {mode: paired_tax_pct} (fast included)."""
     modes = ["fast"] + [m for m in a.modes.split(",") if m and m != "fast"]
-    mb = a.microbatch or GLOBAL_BATCH // np_
-    jpath = Path(tmp) / f"tax-np{np_}.json"
+    mb = a.microbatch or per_rank_batch({"np": np_, "tp": tp}, GLOBAL_BATCH)
+    name = f"tax-np{np_}" + (f"tp{tp}" if tp > 1 else "")
+    jpath = Path(tmp) / f"{name}.json"
     cmd = [a.lockstep, "tax", "--interleaved", "--modes", ",".join(modes), "--trials", "1",
            "--steps", str(a.tax_steps), "--skip", str(min(2, a.tax_steps - 1)), "--np", str(np_),
-           "--json", str(jpath), "--out", str(Path(tmp) / f"tax-np{np_}"), a.config,
+           "--tp", str(tp), "--json", str(jpath), "--out", str(Path(tmp) / name), a.config,
            "--set", f"parallel.microbatch={mb}", "--set", f"run.threads={threads}"]
     rc, text, _ = run_cmd(cmd, thread_env(a, threads), a.timeout)
     if rc != 0:
-        raise Failure(f"tax np{np_}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
+        raise Failure(f"{name}: exit {rc}\n$ {' '.join(cmd)}\n{text[-3000:]}")
     j = json.loads(jpath.read_text())
     return {m["mode"]: m["paired_tax_pct"] for m in j["modes"]}
 
 
 def config_name(c):
     jobs = f"{c['jobs']}x" if jobs_of(c) > 1 else ""
-    return f"{c['impl']}/{c['mode']}/{jobs}np{c['np']}x{c['threads']}t"
+    tp = f"-tp{tp_of(c)}" if tp_of(c) > 1 else ""
+    return f"{c['impl']}/{c['mode']}/{jobs}np{c['np']}x{c['threads']}t{tp}"
 
 
 def layout_text(c):
     jobs = f"{c['jobs']} jobs of " if jobs_of(c) > 1 else ""
-    return f"{jobs}{c['np']} x {c['threads']}"
+    tp = f" (TP {tp_of(c)})" if tp_of(c) > 1 else ""
+    return f"{jobs}{c['np']} x {c['threads']}{tp}"
 
 
 def md_table(configs, peak, fpt, n_matmul, meta):
@@ -470,10 +487,11 @@ def main():
     modes = [m for m in a.modes.split(",") if m]
     configs = []
     for lay in a.layouts:
-        np_, th, jobs = LAYOUTS[lay]
+        np_, th, jobs, tp = LAYOUTS[lay]
         for m in modes:
             configs.append({"impl": "lockstep", "mode": m, "np": np_, "threads": th,
-                            **({"jobs": jobs} if jobs > 1 else {})})
+                            **({"jobs": jobs} if jobs > 1 else {}),
+                            **({"tp": tp} if tp > 1 else {})})
     if not a.no_torch:
         configs.append({"impl": "pytorch", "mode": "-", "np": 2, "threads": 1})
         configs.append({"impl": "pytorch", "mode": "-", "np": 1, "threads": 2})
@@ -512,11 +530,12 @@ def main():
             probe(r, "after")
         taxes = {}
         if a.tax_steps > 0:
-            for np_, th in sorted({(c["np"], c["threads"]) for c in configs
-                                   if c["impl"] == "lockstep" and jobs_of(c) == 1}):
-                taxes[(np_, th)] = run_tax(a, np_, th, tmp)
+            for np_, th, tp in sorted({(c["np"], c["threads"], tp_of(c)) for c in configs
+                                       if c["impl"] == "lockstep" and jobs_of(c) == 1}):
+                taxes[(np_, th, tp)] = run_tax(a, np_, th, tp, tmp)
                 print(json.dumps({"bench": "train_tax_interleaved", "np": np_, "threads": th,
-                                  "paired_tax_pct": taxes[(np_, th)]}), flush=True)
+                                  **({"tp": tp} if tp > 1 else {}),
+                                  "paired_tax_pct": taxes[(np_, th, tp)]}), flush=True)
     except (Failure, subprocess.TimeoutExpired) as e:
         print(f"bench_train: a run failed: {e}", file=sys.stderr)
         sys.exit(1)
@@ -548,8 +567,9 @@ def main():
              "peak_rss_mib": max((x.get("peak_rss_mib") or 0 for x in rs), default=0) or None,
              "tax": None,
              "tax_interleaved": None}
-        if c["impl"] == "lockstep" and jobs_of(c) == 1 and (c["np"], c["threads"]) in taxes:
-            t = taxes[(c["np"], c["threads"])].get(c["mode"])
+        key = (c["np"], c["threads"], tp_of(c))
+        if c["impl"] == "lockstep" and jobs_of(c) == 1 and key in taxes:
+            t = taxes[key].get(c["mode"])
             if t:
                 s["tax_interleaved"] = {k: t[k] for k in ("median", "ci95", "p25", "p75", "n")}
         summary.append(s)
@@ -558,7 +578,7 @@ def main():
             continue
         fast = next((f for f in summary if f["impl"] == "lockstep" and f["mode"] == "fast"
                      and f["np"] == s["np"] and f["threads"] == s["threads"]
-                     and jobs_of(f) == jobs_of(s)), None)
+                     and jobs_of(f) == jobs_of(s) and tp_of(f) == tp_of(s)), None)
         if fast:
             s["tax"] = round(s["ms_median"] / fast["ms_median"] - 1, 4)
     for s in summary:
