@@ -12,13 +12,13 @@
 // runs and taking minima.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "model/kernels/attn_gemm.hpp"
 #include "model/kernels/attn_rows.hpp"
 #include "runtime/isa.hpp"
@@ -70,19 +70,12 @@ int main(int argc, char** argv) {
 
   auto time = [&](const char* kernel, const char* form, const std::function<void()>& f, bool gemm) {
     f();  // warm-up
-    std::vector<double> t;
-    for (int r = 0; r < trials; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
-      for (int c = 0; c < calls; ++c) f();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() *
-                  1e6 / calls);
-    }
-    std::sort(t.begin(), t.end());
+    const bench::Spread t = bench::time_trials(trials, calls, f);
     std::printf(
         "{\"bench\":\"attn\",\"kernel\":\"%s\",\"form\":\"%s\",\"C\":%lld,\"hd\":%lld,\"B\":%d,"
         "\"us_min\":%.3f,\"us_median\":%.3f,\"gflops_max\":%.1f,\"trials\":%d,\"calls\":%d}\n",
-        kernel, form, static_cast<long long>(C), static_cast<long long>(hd), B, t.front(),
-        t[t.size() / 2], gemm ? flops / t.front() * 1e-3 : 0.0, trials, calls);
+        kernel, form, static_cast<long long>(C), static_cast<long long>(hd), B, 1e6 * t.min,
+        1e6 * t.median, gemm ? flops / t.min * 1e-9 : 0.0, trials, calls);
     std::fflush(stdout);
   };
 

@@ -8,35 +8,17 @@
 // On a VM whose speed drifts, the minimum is the steadiest figure.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <functional>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "parallel/tp_layers.hpp"
 #include "parallel/vocab_parallel.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/random.hpp"
 
 using namespace lockstep;
-
-namespace {
-// min and median of `trials` timings of run(), each after prepare() (not timed)
-std::pair<double, double> time_ms(int trials, const std::function<void()>& prepare,
-                                  const std::function<void()>& run) {
-  std::vector<double> ms;
-  for (int i = 0; i < trials; ++i) {
-    prepare();
-    const auto t0 = std::chrono::steady_clock::now();
-    run();
-    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
-                     .count());
-  }
-  std::sort(ms.begin(), ms.end());
-  return {ms.front(), ms[ms.size() / 2]};
-}
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Vocab-parallel cross-entropy, forward and backward: ms per call"};
@@ -62,16 +44,20 @@ int main(int argc, char** argv) {
     vocab_parallel_ce_forward(tp, work.data(), labels.data(), T, vocab, max.data(), sumexp.data(),
                               scratch.data(), loss.data());
   };
-  auto print = [&](const char* op, std::pair<double, double> t) {
+  auto print = [&](const char* op, bench::Spread t) {
     std::printf(
         "{\"bench\":\"ce\",\"op\":\"%s\",\"isa\":\"%s\",\"threads\":%d,\"T\":%ld,\"vocab\":%ld,"
         "\"block\":%d,\"ms_min\":%.3f,\"ms_median\":%.3f,\"trials\":%d}\n",
         op, isa_name(ctx.isa), threads, static_cast<long>(T), static_cast<long>(vocab), block,
-        t.first, t.second, trials);
+        1e3 * t.min, 1e3 * t.median, trials);
   };
-  print("forward", time_ms(trials, restore, forward));
-  print("backward", time_ms(trials, [&] { restore(), forward(); }, [&] {
-    vocab_parallel_ce_backward(tp, work.data(), sumexp.data(), labels.data(), T, vocab, 1.0f);
-  }));
+  print("forward", bench::time_trials(trials, 1, forward, restore));
+  print("backward", bench::time_trials(
+                        trials, 1,
+                        [&] {
+                          vocab_parallel_ce_backward(tp, work.data(), sumexp.data(), labels.data(),
+                                                     T, vocab, 1.0f);
+                        },
+                        [&] { restore(), forward(); }));
   return 0;
 }

@@ -22,7 +22,6 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <ctime>
@@ -32,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "checkpoint/checkpoint.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/comm.hpp"
@@ -44,10 +44,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 
 namespace {
-
-double now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 double cpu_clock(clockid_t id) {
   timespec ts{};
@@ -195,10 +191,10 @@ int main(int argc, char** argv) {
     }
     auto timed = [&](auto&& f) {
       world.barrier();
-      const double t0 = now();
+      const double t0 = bench::wall_s();
       f();
       world.barrier();
-      return now() - t0;
+      return bench::wall_s() - t0;
     };
     // Save with ZeRO over all ranks (tp 1), the trainer's layout for DP runs.
     State src = make_state(world, specs, 1, np > 1);
@@ -234,12 +230,8 @@ int main(int argc, char** argv) {
       load_s.push_back(timed_cpu([&] { ckpt::load(world, ck, meta, same.pieces); }, &cpu));
       load_cpu.push_back(cpu);
     }
-    auto mid = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v[v.size() / 2];
-    };
-    out["load_same_s"] = mid(load_s);
-    out["load_same_cpu_s"] = mid(load_cpu);
+    out["load_same_s"] = bench::median(load_s);
+    out["load_same_cpu_s"] = bench::median(load_cpu);
     out["load_same_s_all"] = load_s;
     out["load_same_cpu_s_all"] = load_cpu;
     out["load_same_layout"] = np > 1 ? "tp1 dp" + std::to_string(np) + " zero" : "tp1";
@@ -272,26 +264,26 @@ int main(int argc, char** argv) {
       std::vector<double> alone, overlapped, starts, writes, finishes, writer_cpu;
       volatile double sink = 0;
       auto step = [&](std::vector<double>& into) {
-        const double t0 = now();
+        const double t0 = bench::wall_s();
         sink = sink + step_work(step_iters);
-        into.push_back(now() - t0);
+        into.push_back(bench::wall_s() - t0);
       };
       ckpt::AsyncSaver saver;
       for (int r = 0; r < rounds; ++r) {
         for (int s = 0; s < steps; ++s) step(alone);
-        const double t0 = now();
+        const double t0 = bench::wall_s();
         ckpt::SaveOptions async_opt{root, 2 + r, 1, -1, !buffered};
         saver.start(world, async_opt, src.pieces, fps, {});
-        starts.push_back(now() - t0);
+        starts.push_back(bench::wall_s() - t0);
         const double p0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
         const double m0 = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
         while (!saver.written() && overlapped.size() < 2000) step(overlapped);
-        writes.push_back(now() - t0);
+        writes.push_back(bench::wall_s() - t0);
         writer_cpu.push_back((cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) -
                              (cpu_clock(CLOCK_THREAD_CPUTIME_ID) - m0));
-        const double t1 = now();
+        const double t1 = bench::wall_s();
         saver.finish(world);
-        finishes.push_back(now() - t1);
+        finishes.push_back(bench::wall_s() - t1);
       }
       for (int s = 0; s < steps; ++s) step(alone);
       auto mean = [](const std::vector<double>& v) {
@@ -299,11 +291,7 @@ int main(int argc, char** argv) {
         for (double x : v) s += x;
         return v.empty() ? 0.0 : s / static_cast<double>(v.size());
       };
-      auto median = [](std::vector<double> v) {
-        if (v.empty()) return 0.0;
-        std::sort(v.begin(), v.end());
-        return v[v.size() / 2];
-      };
+      using bench::median;
       double wcpu = 0;
       for (double x : writer_cpu) wcpu += x;
       out["async"] = {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "runtime/collectives.hpp"
 #include "runtime/comm.hpp"
 #include "runtime/error.hpp"
@@ -125,9 +126,7 @@ int main(int argc, char** argv) {
       }
       if (ctx.rank() != 0) continue;
       for (std::size_t k = 0; k < chosen.size(); ++k) {
-        auto& t = times[k];
-        std::sort(t.begin(), t.end());
-        const double med = t[t.size() / 2];
+        const double med = bench::median(times[k]);
         const double nbytes = static_cast<double>(n * sizeof(float));
         std::printf(
             "{\"impl\":\"%s\",\"bytes\":%zu,\"np\":%d,\"gbps\":%.3f,\"seconds\":%.6e,"

@@ -10,13 +10,13 @@
 // step does; --mb 2 measures it in cache.
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "runtime/hash.hpp"
 #include "runtime/isa.hpp"
 #include "verify/fingerprint.hpp"
@@ -63,20 +63,20 @@ int main(int argc, char** argv) {
   std::uint64_t sink = 0;
   for (int r = 0; r < reps; ++r)
     for (std::size_t k = 0; k < impls.size(); ++k) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = bench::wall_s();
       for (std::size_t c = 0; c < n; c += kChunk)
         sink += impls[k].run(data.data() + c, std::min(kChunk, n - c), c);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double s = bench::wall_s() - t0;
       ns[k].push_back(s / static_cast<double>(n) * 1e9);
     }
   for (std::size_t k = 0; k < impls.size(); ++k) {
-    std::sort(ns[k].begin(), ns[k].end());
-    const double med = ns[k][ns[k].size() / 2];
+    const bench::Spread t = bench::spread(ns[k]);
+    const double med = t.median;
     std::printf(
         "{\"bench\":\"fingerprint\",\"impl\":\"%s\",\"isa\":\"%s\",\"buffer_bytes\":%zu,"
         "\"ns_per_float\":%.4f,\"ns_per_float_min\":%.4f,\"gbytes_per_s\":%.3f,\"reps\":%d}\n",
-        impls[k].name.c_str(), isa_name(best_isa()), n * sizeof(float), med, ns[k].front(),
-        4.0 / med, reps);
+        impls[k].name.c_str(), isa_name(best_isa()), n * sizeof(float), med, t.min, 4.0 / med,
+        reps);
   }
   std::fprintf(stderr, "checksum %016llx\n", static_cast<unsigned long long>(sink));
   return 0;

@@ -14,12 +14,13 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "bench/timing.hpp"
 
 namespace {
 
@@ -68,8 +69,9 @@ constexpr int kUnroll = 4;   // LS_FMA* repeats per loop trip (kAcc * kUnroll FM
   c13 = SET(seed + 0.013f); \
   c14 = SET(seed + 0.014f); \
   c15 = SET(seed + 0.015f);
-#define LS_SUM12(ADD) \
-  ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), ADD(ADD(c8, c9), ADD(c10, c11)))
+#define LS_SUM12(ADD)                                                    \
+  ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), \
+      ADD(ADD(c8, c9), ADD(c10, c11)))
 #define LS_SUM16(ADD)                                                    \
   ADD(ADD(ADD(ADD(c0, c1), ADD(c2, c3)), ADD(ADD(c4, c5), ADD(c6, c7))), \
       ADD(ADD(ADD(c8, c9), ADD(c10, c11)), ADD(ADD(c12, c13), ADD(c14, c15))))
@@ -119,15 +121,15 @@ enum class Isa { avx512, avx2 };
 // Seconds for `iters` loop trips on each of `threads` threads (wall time of the slowest).
 double run_once(Isa isa, int threads, std::int64_t iters, float* sink) {
   float total = 0.0f;
-  auto t0 = std::chrono::steady_clock::now();
+  const double t0 = lockstep::bench::wall_s();
 #pragma omp parallel num_threads(threads) reduction(+ : total)
   {
     const float seed = 1.0f + 0.01f * static_cast<float>(omp_get_thread_num());
     total += (isa == Isa::avx512) ? fma_loop_avx512(iters, seed) : fma_loop_avx2(iters, seed);
   }
-  auto t1 = std::chrono::steady_clock::now();
+  const double t1 = lockstep::bench::wall_s();
   *sink += total;
-  return std::chrono::duration<double>(t1 - t0).count();
+  return t1 - t0;
 }
 
 std::vector<int> parse_list(const std::string& s) {
@@ -211,16 +213,12 @@ int main(int argc, char** argv) {
       secs.push_back(s);
       gf.push_back(flops_per_iter * static_cast<double>(iters) * t / s * 1e-9);
     }
-    std::vector<double> sorted = gf;
-    std::sort(sorted.begin(), sorted.end());
-    std::vector<double> ss = secs;
-    std::sort(ss.begin(), ss.end());
-    const double med = sorted[sorted.size() / 2];
+    const lockstep::bench::Spread g = lockstep::bench::spread(gf);
     std::printf(
         "{\"impl\":\"fma_peak\",\"threads\":%d,\"isa\":\"%s\",\"gflops\":%.2f,"
         "\"gflops_min\":%.2f,\"gflops_max\":%.2f,\"seconds\":%.4f,\"reps\":%d}\n",
-        t, isa == Isa::avx512 ? "avx512" : "avx2", med, sorted.front(), sorted.back(),
-        ss[ss.size() / 2], reps);
+        t, isa == Isa::avx512 ? "avx512" : "avx2", g.median, g.min, g.max,
+        lockstep::bench::median(secs), reps);
     std::fflush(stdout);
   }
   if (sink == 12345.678f) std::fprintf(stderr, "%f\n", sink);  // keep the work observable

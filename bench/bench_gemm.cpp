@@ -17,14 +17,13 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <ctime>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "runtime/aligned_vector.hpp"
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
@@ -159,18 +158,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 double now(bool cpu) {
-  if (!cpu)
-    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  timespec ts;
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec + 1e-9 * ts.tv_nsec;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return cpu ? bench::cpu_s() : bench::wall_s();
 }
 
 void maybe_reexec(char** argv, int max_threads) {
@@ -300,7 +288,7 @@ int main(int argc, char** argv) {
                          bcols = sh.tb == Trans::N ? sh.n : sh.k;
       // 64-byte aligned, as the model's activations (model/gpt_impl.hpp's buffers).
       const std::int64_t lda = acols + lda_pad;  // --lda-pad: rows of A further apart
-      const std::int64_t ldc = sh.n + ldc_pad;  // --ldc-pad: rows of C further apart
+      const std::int64_t ldc = sh.n + ldc_pad;   // --ldc-pad: rows of C further apart
       AlignedVector<float> A(static_cast<std::size_t>(arows * lda)),
           B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * ldc));
       std::uint64_t s = 1;
@@ -312,9 +300,7 @@ int main(int argc, char** argv) {
       const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
       for (int t : threads) {
         // The impl's tuning, set before its calls (outside the timed loop).
-        auto tune = [&](const BenchImpl& bi) {
-          set_gemm_tuning(bi.tuning.apply(tun));
-        };
+        auto tune = [&](const BenchImpl& bi) { set_gemm_tuning(bi.tuning.apply(tun)); };
         auto call = [&](const BenchImpl& bi) {
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
@@ -342,7 +328,7 @@ int main(int argc, char** argv) {
           }
         }
         for (std::size_t i = 0; i < impls.size(); ++i) {
-          const double med = median(secs[i]);
+          const double med = bench::median(secs[i]);
           const double lo = *std::min_element(secs[i].begin(), secs[i].end());
           const double hi = *std::max_element(secs[i].begin(), secs[i].end());
           std::printf(

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "bench/gemm_kernel_ceiling.hpp"
+#include "bench/timing.hpp"
 #include "runtime/isa.hpp"
 
 using namespace lockstep;
@@ -35,8 +36,9 @@ int main(int argc, char** argv) {
   app.add_option("--min-time", base.min_time, "seconds per trial")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   if (!isa_supported(Isa::avx512)) {
-    std::fprintf(stderr, "bench_gemm_kernel: this CPU has no AVX-512; the kernel measured here "
-                         "is the AVX-512 one\n");
+    std::fprintf(stderr,
+                 "bench_gemm_kernel: this CPU has no AVX-512; the kernel measured here "
+                 "is the AVX-512 one\n");
     return 1;
   }
   for (const std::int64_t kl : kls) {
@@ -54,13 +56,13 @@ int main(int argc, char** argv) {
         if (std::string(operands) == "l2") c.a_tiles = a_tiles, c.b_tiles = b_tiles;
         std::vector<double> g(static_cast<std::size_t>(c.reps));
         bench::kernel_ceiling_avx512(c, g.data());
-        std::sort(g.begin(), g.end());
-        std::printf("{\"bench\":\"gemm_kernel\",\"impl\":\"%s\",\"operands\":\"%s\",\"kl\":%lld,"
-                    "\"block\":%lld,\"a_tiles\":%d,\"b_tiles\":%d,\"gflops\":%.2f,"
-                    "\"gflops_min\":%.2f,\"gflops_max\":%.2f,\"reps\":%d}\n",
-                    canonical ? "canonical" : "chain", operands, static_cast<long long>(kl),
-                    static_cast<long long>(c.block), c.a_tiles, c.b_tiles, g[g.size() / 2],
-                    g.front(), g.back(), c.reps);
+        const bench::Spread t = bench::spread(g);
+        std::printf(
+            "{\"bench\":\"gemm_kernel\",\"impl\":\"%s\",\"operands\":\"%s\",\"kl\":%lld,"
+            "\"block\":%lld,\"a_tiles\":%d,\"b_tiles\":%d,\"gflops\":%.2f,"
+            "\"gflops_min\":%.2f,\"gflops_max\":%.2f,\"reps\":%d}\n",
+            canonical ? "canonical" : "chain", operands, static_cast<long long>(kl),
+            static_cast<long long>(c.block), c.a_tiles, c.b_tiles, t.median, t.min, t.max, c.reps);
         std::fflush(stdout);
       }
   }

@@ -9,16 +9,15 @@
 // (T = 4096 tokens per microbatch, d_model 256, reduce_block 64).
 #include <CLI/CLI.hpp>
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <ctime>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "model/ops.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/csum_counter.hpp"
@@ -185,21 +184,6 @@ void layernorm_backward(const KernelCtx& ctx, const float* dy, const float* xhat
 
 namespace {
 
-double cpu_now_ms() {
-  timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
-  return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6;
-}
-double wall_now_ms() {
-  return std::chrono::duration<double, std::milli>(
-             std::chrono::steady_clock::now().time_since_epoch())
-      .count();
-}
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
 bool same(const std::vector<float>& a, const std::vector<float>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
@@ -218,7 +202,8 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps, "timed calls per implementation")->capture_default_str();
   app.add_option("--threads", thread_list, "thread counts")->capture_default_str();
   app.add_option("--isa", isa_name_opt, "scalar, avx2, avx512 or auto")->capture_default_str();
-  app.add_option("--op", only_op, "run only this op (forward, residual_forward, backward_accumulate)");
+  app.add_option("--op", only_op,
+                 "run only this op (forward, residual_forward, backward_accumulate)");
   CLI11_PARSE(app, argc, argv);
   const Isa isa = parse_isa(isa_name_opt);
   const std::size_t TN = static_cast<std::size_t>(T * n);
@@ -264,8 +249,8 @@ int main(int argc, char** argv) {
                              o.rstd.data(), o.y.data());
          },
          [&](Out& o) {
-           legacy::layernorm_forward_impl(ctx, nullptr, x.data(), nullptr, T, n, w.data(),
-                                          b.data(), eps, o.xhat.data(), o.rstd.data(), o.y.data());
+           legacy::layernorm_forward_impl(ctx, nullptr, x.data(), nullptr, T, n, w.data(), b.data(),
+                                          eps, o.xhat.data(), o.rstd.data(), o.y.data());
          }},
         {"residual_forward",
          [&](Out& o) {
@@ -282,8 +267,8 @@ int main(int argc, char** argv) {
                               o.dx.data(), true, o.dw.data(), o.db.data(), o.scratch.data());
          },
          [&](Out& o) {
-           legacy::layernorm_backward(ctx, dy.data(), o.xhat.data(), o.rstd.data(), w.data(), T,
-                                      n, o.dx.data(), true, o.dw.data(), o.db.data(),
+           legacy::layernorm_backward(ctx, dy.data(), o.xhat.data(), o.rstd.data(), w.data(), T, n,
+                                      o.dx.data(), true, o.dw.data(), o.db.data(),
                                       o.scratch.data());
          }},
     };
@@ -296,12 +281,12 @@ int main(int argc, char** argv) {
           // Untimed: the same inputs every call (h for the residual add, dx to accumulate into).
           if (op.name[0] == 'r') std::copy(x.begin(), x.end(), o.h.begin());
           if (op.name[0] == 'b') std::fill(o.dx.begin(), o.dx.end(), 0.5f);
-          const double c0 = cpu_now_ms(), w0 = wall_now_ms();
+          const double c0 = bench::cpu_s(), w0 = bench::wall_s();
           (impl == 0 ? op.fresh_fn : op.legacy_fn)(o);
-          const double w1 = wall_now_ms(), c1 = cpu_now_ms();
+          const double w1 = bench::wall_s(), c1 = bench::cpu_s();
           if (rep > 0) {  // the first call warms caches and thread pools
-            wall[impl].push_back(w1 - w0);
-            cpu[impl].push_back(c1 - c0);
+            wall[impl].push_back(1e3 * (w1 - w0));
+            cpu[impl].push_back(1e3 * (c1 - c0));
           }
         }
       }
@@ -315,8 +300,8 @@ int main(int argc, char** argv) {
             "\"T\":%lld,\"n\":%lld,\"block\":%d,\"wall_ms\":%.4f,\"cpu_ms\":%.4f,\"reps\":%d,"
             "\"bits_equal_legacy\":%s}\n",
             op.name, impl == 0 ? "new" : "legacy", isa_name(isa), threads,
-            static_cast<long long>(T), static_cast<long long>(n), block, median(wall[impl]),
-            median(cpu[impl]), reps, ok ? "true" : "false");
+            static_cast<long long>(T), static_cast<long long>(n), block, bench::median(wall[impl]),
+            bench::median(cpu[impl]), reps, ok ? "true" : "false");
       std::fflush(stdout);
     }
   }

@@ -8,12 +8,12 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/random.hpp"
 #include "runtime/transcendental.hpp"
@@ -51,19 +51,14 @@ int main(int argc, char** argv) {
     for (Isa isa : supported_isas()) {
       const KernelCtx ctx{isa, 1, 64};
       f.run(ctx, x.data(), y.data(), g.data(), e.data(), n);  // warm-up
-      std::vector<double> t;
-      for (int r = 0; r < trials; ++r) {
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int c = 0; c < calls; ++c) f.run(ctx, x.data(), y.data(), g.data(), e.data(), n);
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        t.push_back(s * 1e9 / (static_cast<double>(calls) * static_cast<double>(n)));
-      }
-      std::sort(t.begin(), t.end());
+      const bench::Spread t = bench::time_trials(
+          trials, calls, [&] { f.run(ctx, x.data(), y.data(), g.data(), e.data(), n); });
+      const double per_elem = 1e9 / static_cast<double>(n);
       std::printf(
           "{\"bench\":\"math\",\"fn\":\"%s\",\"isa\":\"%s\",\"n\":%lld,\"ns_per_elem_min\":%.4f,"
           "\"ns_per_elem_median\":%.4f,\"trials\":%d,\"calls\":%d}\n",
-          f.name, isa_name(isa), static_cast<long long>(n), t.front(), t[t.size() / 2], trials,
-          calls);
+          f.name, isa_name(isa), static_cast<long long>(n), t.min * per_elem, t.median * per_elem,
+          trials, calls);
       std::fflush(stdout);
     }
   }

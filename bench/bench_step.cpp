@@ -16,7 +16,6 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -25,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/timing.hpp"
 #include "launch/train/config.hpp"
 #include "launch/train/grad_sync.hpp"
 #include "launch/train/state_trace.hpp"
@@ -80,10 +80,9 @@ int main(int argc, char** argv) {
     std::vector<std::string> order;
     auto timed = [&](const std::string& name, bool count, const std::function<void()>& f) {
       const double c0 = process_cpu_seconds();
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = bench::wall_s();
       f();
-      const double dt =
-          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      const double dt = (bench::wall_s() - t0) * 1e3;
       const double dc = (process_cpu_seconds() - c0) * 1e3;
       if (!count) return;
       if (!ms.count(name)) order.push_back(name);
@@ -130,20 +129,16 @@ int main(int argc, char** argv) {
       double total = 0, total_cpu = 0;
       nlohmann::ordered_json summary, summary_cpu;
       for (const auto& name : order) {
-        std::vector<double> v = ms[name];
-        std::sort(v.begin(), v.end());
-        const double med = v[v.size() / 2];
-        std::vector<double> c = cpu_ms[name];
-        std::sort(c.begin(), c.end());
-        const double med_cpu = c[c.size() / 2];
+        const bench::Spread t = bench::spread(ms[name]);
+        const double med = t.median, med_cpu = bench::median(cpu_ms[name]);
         if (name != "update_separate") total += med, total_cpu += med_cpu;
         nlohmann::ordered_json j;
         j["bench"] = "step";
         j["piece"] = name;
         j["median_ms"] = med;
-        j["min_ms"] = v.front();
+        j["min_ms"] = t.min;
         j["median_cpu_ms"] = med_cpu;
-        j["reps"] = v.size();
+        j["reps"] = ms[name].size();
         std::printf("%s\n", j.dump().c_str());
         summary[name] = med;
         summary_cpu[name] = med_cpu;
