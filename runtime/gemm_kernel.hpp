@@ -183,6 +183,34 @@ struct Kernel {
     }
   }
 
+  // The L1 scratch stack of a panel's subtrees: push() is the tile to store the newest
+  // subtree to, pop() the newest stored one. Two spellings of the same stack, because GCC
+  // schedules them differently (host F, 2026-12-07): counted by an index, the AVX-512 kernels
+  // that read A in place (four row pointers live) keep every row address of the stack tiles in
+  // its own register or spill slot across the leaves, which cost the single-panel GEMMs 3-4%
+  // (4096x256x256 and 4096x1024x256 NT at 0.95-0.96 of `chain`); moved as a pointer, the
+  // kernels on packed A lose 1-2.5% instead, and the AVX2 in-place kernel (two row pointers)
+  // gains nothing. Only the instructions differ: the same tiles, the same adds in the same order.
+  template <class A>
+  struct PanelStack {
+    static constexpr bool kPointer = std::is_same_v<A, AInPlace> && AInPlace::NP > 2;
+    float* base;
+    float* sp = base;
+    int top = 0;
+    float* push() {
+      if constexpr (kPointer) return (sp += TILE) - TILE;
+      return base + (top++) * TILE;
+    }
+    float* pop() {
+      if constexpr (kPointer) return sp -= TILE;
+      return base + (--top) * TILE;
+    }
+    bool empty() const {
+      if constexpr (kPointer) return sp == base;
+      return top <= 0;
+    }
+  };
+
   // t = s + t (s is the older, left subtree), s a full contiguous tile in scratch.
   static inline void add_left(Tile& t, const float* s) {
 #pragma GCC unroll 16
@@ -289,7 +317,7 @@ struct Kernel {
     Tile t;
     A ap(a, lda);
     {  // the post-order stack over the leaves of this panel
-      int top = 0;
+      PanelStack<A> st{stk};
       std::int64_t k0 = 0;
       for (int l = 0; l < nleaves; k0 += len[l], ++l) {
         if (l + 1 == nleaves) {
@@ -302,10 +330,10 @@ struct Kernel {
           break;
         }
         leaf(t, ap, bp + k0 * NR, len[l]);
-        for (int c = merges[l]; c > 0; --c) add_left(t, stk + (--top) * TILE);
-        store_full(t, stk + (top++) * TILE);
+        for (int c = merges[l]; c > 0; --c) add_left(t, st.pop());
+        store_full(t, st.push());
       }
-      while (top > 0) add_left(t, stk + (--top) * TILE);
+      while (!st.empty()) add_left(t, st.pop());
     }
     for (int i = 0; i < nadds; ++i) add_left(t, adds[i]);
     if (slot)
