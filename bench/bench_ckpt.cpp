@@ -45,12 +45,6 @@ using json = nlohmann::json;
 
 namespace {
 
-double cpu_clock(clockid_t id) {
-  timespec ts{};
-  check(::clock_gettime(id, &ts) == 0, "clock_gettime failed");
-  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
-}
-
 using TensorSpec = testing::SyntheticSpec;
 
 // GPT-like: vocab 32768, d 768, `layers` blocks (qkv, proj, fc1, fc2 + biases + 2 layer norms).
@@ -204,9 +198,9 @@ int main(int argc, char** argv) {
     ckpt::SaveOptions save_opt{root, 1, 1, -1, !buffered};
     double save_cpu = 0;
     const double t_save = timed([&] {
-      const double c0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+      const double c0 = bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID);
       ck = ckpt::save(world, save_opt, src.pieces, fps, {});
-      save_cpu = cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
+      save_cpu = bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
     });
     out["direct_io"] = !buffered;
     out["save_s"] = t_save;
@@ -218,9 +212,9 @@ int main(int argc, char** argv) {
     // Rank 0's process CPU time of a load (all its threads: the reader, the OpenMP team).
     auto timed_cpu = [&](auto&& f, double* cpu) {
       return timed([&] {
-        const double c0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
+        const double c0 = bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID);
         f();
-        *cpu = cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - c0;
+        *cpu = bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID) - c0;
       });
     };
     std::vector<double> load_s, load_cpu;
@@ -275,12 +269,12 @@ int main(int argc, char** argv) {
         ckpt::SaveOptions async_opt{root, 2 + r, 1, -1, !buffered};
         saver.start(world, async_opt, src.pieces, fps, {});
         starts.push_back(bench::wall_s() - t0);
-        const double p0 = cpu_clock(CLOCK_PROCESS_CPUTIME_ID);
-        const double m0 = cpu_clock(CLOCK_THREAD_CPUTIME_ID);
+        const double p0 = bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID);
+        const double m0 = bench::cpu_s(CLOCK_THREAD_CPUTIME_ID);
         while (!saver.written() && overlapped.size() < 2000) step(overlapped);
         writes.push_back(bench::wall_s() - t0);
-        writer_cpu.push_back((cpu_clock(CLOCK_PROCESS_CPUTIME_ID) - p0) -
-                             (cpu_clock(CLOCK_THREAD_CPUTIME_ID) - m0));
+        writer_cpu.push_back((bench::cpu_s(CLOCK_PROCESS_CPUTIME_ID) - p0) -
+                             (bench::cpu_s(CLOCK_THREAD_CPUTIME_ID) - m0));
         const double t1 = bench::wall_s();
         saver.finish(world);
         finishes.push_back(bench::wall_s() - t1);

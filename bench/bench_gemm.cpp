@@ -328,9 +328,7 @@ int main(int argc, char** argv) {
           }
         }
         for (std::size_t i = 0; i < impls.size(); ++i) {
-          const double med = bench::median(secs[i]);
-          const double lo = *std::min_element(secs[i].begin(), secs[i].end());
-          const double hi = *std::max_element(secs[i].begin(), secs[i].end());
+          const auto [lo, med, hi] = bench::spread(secs[i]);
           std::printf(
               "{\"bench\":\"gemm\",\"impl\":\"%s\",\"tree\":\"%s\",\"seq\":%lld,"
               "\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"

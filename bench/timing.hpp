@@ -1,5 +1,6 @@
 // The timing loops and statistics the benchmarks share (header-only; bench/ only):
-//   wall_s(), cpu_s()   the steady clock and this process's CPU time (all threads), seconds;
+//   wall_s(), cpu_s()   the steady clock and a CPU-time clock (default: this process's, all
+//                       threads; CLOCK_THREAD_CPUTIME_ID: the calling thread's), seconds;
 //   median(v)           the median (the mean of the two middle values for an even count);
 //   spread(v)           {min, median, max} of a set of trials;
 //   time_trials(...)    `trials` timed trials of `calls` calls each, every trial after an
@@ -14,15 +15,18 @@
 #include <functional>
 #include <vector>
 
+#include "runtime/error.hpp"
+
 namespace lockstep::bench {
 
 inline double wall_s() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-inline double cpu_s() {
+inline double cpu_s(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
   timespec ts{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  check(::clock_gettime(clock, &ts) == 0, "clock_gettime failed",
+        "a CPU-time clock this kernel does not offer");
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
