@@ -34,7 +34,10 @@ median would understate it and inflate the MFU; probed after each round too, sin
 probe can fall in a slow minute of the VM), and for
 lockstep the determinism tax = ms(mode) / ms(fast) - 1 at the same layout; the peak RSS of its
 largest rank (every rank runs under /usr/bin/time, which reports its maximum resident set
-size).
+size); for lockstep at np > 1 the ranks' compute spread: per steady step the slowest rank's
+forward/backward time minus the fastest's (metrics.jsonl's compute_ms), the median over the
+configuration's steps, which is what the faster ranks wait at the gradient sync (on a VM whose
+cores run at different speeds, most of what np 2 x 1 loses against one core alone).
 
 Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the parameters in
 matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
@@ -328,6 +331,10 @@ def run_lockstep(a, cfg, tmp, tag):
            "peak_rss_mib": max((peak_rss_mib(f"{o}.rss") or 0 for o in outs), default=0) or None}
     if jobs > 1:
         res["job_step_ms"] = steady
+    ranks = [r["compute_ms"] for r in per_job[0][a.warmup:] if "compute_ms" in r]
+    if ranks:  # np > 1: every rank's forward/backward ms per steady step (metrics.jsonl)
+        res["rank_compute_ms"] = ranks
+        res["compute_spread_ms"] = [max(c) - min(c) for c in ranks]
     return res
 
 
@@ -398,6 +405,14 @@ def layout_text(c):
     return f"{jobs}{c['np']} x {c['threads']}{tp}"
 
 
+def spread_text(c):
+    """The median over steady steps of the slowest rank's compute (forward/backward) minus the
+    fastest's, and its share of the median step: what the faster ranks wait at the gradient
+    sync; blank for one rank."""
+    sp = c.get("compute_spread_ms_median")
+    return "" if sp is None else f"{sp:,.0f} ({100 * sp / c['ms_median']:.1f}%)"
+
+
 def md_table(configs, peak, fpt, n_matmul, meta):
     lines = []
     lines.append(f"{MODEL.get('name', 'bench-small')}, global batch {GLOBAL_BATCH} x "
@@ -410,9 +425,9 @@ def md_table(configs, peak, fpt, n_matmul, meta):
                  f"config x {meta['steps'] - meta['warmup']} steady steps; bind {meta['bind']}")
     lines.append("")
     lines.append("| impl | mode | np x threads | mb/rank | ms/step (median) | min–max | tokens/s "
-                 "| GFLOP/s | MFU | peak RSS MiB (largest rank) | tax vs fast "
-                 "| tax (interleaved) [95% CI] | guarantees |")
-    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
+                 "| GFLOP/s | MFU | peak RSS MiB (largest rank) | ranks' compute spread ms "
+                 "| tax vs fast | tax (interleaved) [95% CI] | guarantees |")
+    lines.append("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|")
     for c in configs:
         tax = "" if c.get("tax") is None else f"{100 * c['tax']:+.1f}%"
         ti = c.get("tax_interleaved")
@@ -422,7 +437,7 @@ def md_table(configs, peak, fpt, n_matmul, meta):
             f"| {c['impl']} | {c['mode']} | {layout_text(c)} | {c['microbatch']} "
             f"| {c['ms_median']:.1f} | {c['ms_min']:.0f}–{c['ms_max']:.0f} "
             f"| {c['tokens_per_s']:,.0f} | {c['gflops']:.1f} | {100 * c['mfu']:.1f}% "
-            f"| {c.get('peak_rss_mib') or ''} | {tax} "
+            f"| {c.get('peak_rss_mib') or ''} | {spread_text(c)} | {tax} "
             f"| {itax} | {c.get('guarantees') or ''} |")
     return "\n".join(lines)
 
@@ -567,6 +582,9 @@ def main():
              "peak_rss_mib": max((x.get("peak_rss_mib") or 0 for x in rs), default=0) or None,
              "tax": None,
              "tax_interleaved": None}
+        spread = [t for x in rs for t in x.get("compute_spread_ms", [])]
+        if spread:  # the slowest rank's forward/backward over the fastest's, each step
+            s["compute_spread_ms_median"] = round(statistics.median(spread), 1)
         key = (c["np"], c["threads"], tp_of(c))
         if c["impl"] == "lockstep" and jobs_of(c) == 1 and key in taxes:
             t = taxes[key].get(c["mode"])

@@ -108,10 +108,12 @@ StepResult TrainJob::run_step(std::int64_t step) {
   watchdog::set_phase("forward/backward");
   ops_->begin_step(step);
   sync_->begin_step();
+  const auto t0 = Clock::now();
   r.loss = grid_.pp_size() > 1 ? pipeline_forward_backward(step) : forward_backward(step);
   watchdog::set_phase("grad sync");
   sync_->reduce();  // canonical DP reduction, terms combined: this rank's update slices
   const auto tv0 = Clock::now();
+  const double sync_seconds = std::chrono::duration<double>(tv0 - t0).count() - passes_seconds_;
   watchdog::set_phase("fingerprints");
   state_->after_reduce(step);
   r.verify_seconds = std::chrono::duration<double>(Clock::now() - tv0).count();
@@ -140,27 +142,35 @@ StepResult TrainJob::run_step(std::int64_t step) {
   r.fp = state_->finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg_.run.seed), step + 1),
                         data_fingerprint(sampler_->to_json().dump()));
   r.verify_seconds += std::chrono::duration<double>(Clock::now() - tv1).count();
-  if (link_) pipeline_metrics(r);
+  if (world_.size() > 1) rank_metrics(r, passes_seconds_, sync_seconds);
   return r;
 }
 
-// Every rank's pipeline wait of the step, peak RSS and forward-state bytes
-// (Gpt::forward_state_bytes, in MiB), gathered for metrics.jsonl (PP > 1).
-void TrainJob::pipeline_metrics(StepResult& r) {
-  rusage ru{};
-  check(getrusage(RUSAGE_SELF, &ru) == 0,
-        "getrusage failed on rank " + std::to_string(world_.rank()),
-        "needed for metrics.jsonl's peak_rss_mib");
-  const float mine[3] = {
-      static_cast<float>(link_->take_wait_seconds() * 1e3),
-      static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0),
-      static_cast<float>(static_cast<double>(model_->forward_state_bytes()) / (1024.0 * 1024.0))};
-  std::vector<float> all(static_cast<std::size_t>(3 * world_.size()));
-  allgather(world_, mine, all);
-  for (std::size_t i = 0; i < all.size(); i += 3) {
-    r.pipeline_wait_ms.push_back(all[i]);
-    r.peak_rss_mib.push_back(all[i + 1]);
-    r.activation_mib.push_back(all[i + 2]);
+// Every rank's compute and sync time of the step (StepResult), and with PP its pipeline wait,
+// peak RSS and forward-state bytes (Gpt::forward_state_bytes, in MiB): one allgather, for
+// metrics.jsonl.
+void TrainJob::rank_metrics(StepResult& r, double compute_s, double sync_s) {
+  std::vector<float> mine = {static_cast<float>(compute_s * 1e3), static_cast<float>(sync_s * 1e3)};
+  if (link_) {
+    rusage ru{};
+    check(getrusage(RUSAGE_SELF, &ru) == 0,
+          "getrusage failed on rank " + std::to_string(world_.rank()),
+          "needed for metrics.jsonl's peak_rss_mib");
+    mine.push_back(static_cast<float>(link_->take_wait_seconds() * 1e3));
+    mine.push_back(static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0));
+    mine.push_back(
+        static_cast<float>(static_cast<double>(model_->forward_state_bytes()) / (1024.0 * 1024.0)));
+  }
+  const std::size_t per = mine.size();
+  std::vector<float> all(per * static_cast<std::size_t>(world_.size()));
+  allgather(world_, std::span<const float>(mine), all);
+  for (std::size_t i = 0; i < all.size(); i += per) {
+    r.compute_ms.push_back(all[i]);
+    r.sync_ms.push_back(all[i + 1]);
+    if (!link_) continue;
+    r.pipeline_wait_ms.push_back(all[i + 2]);
+    r.peak_rss_mib.push_back(all[i + 3]);
+    r.activation_mib.push_back(all[i + 4]);
   }
 }
 
@@ -172,6 +182,7 @@ float TrainJob::forward_backward(std::int64_t step) {
   const int dp = grid_.dp_size(), dp_rank = grid_.dp_rank();
   const float loss_scale = 1.0f / static_cast<float>(G * ctx);
   TreeCombiner loss_counter(1, plan_.tree, plan_.leaves);
+  const auto t0 = Clock::now();
   for (const Microbatch& mbt : plan_.passes) {
     sampler_->fill_sequences(*dataset_, dp, dp_rank, mbt.first, mbt.count, tokens_.data(),
                              labels_.data());
@@ -182,6 +193,7 @@ float TrainJob::forward_backward(std::int64_t step) {
     sync_->push_microbatch(mbt.width);
     loss_counter.push_node(&loss_sum, mbt.width);
   }
+  passes_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   float loss_sum = 0;
   loss_counter.result(&loss_sum);
   allreduce_sum(cfg_.run.determinism, grid_.dp_comm(), std::span<float>(&loss_sum, 1));
@@ -198,6 +210,7 @@ float TrainJob::pipeline_forward_backward(std::int64_t step) {
   const float loss_scale = 1.0f / static_cast<float>(G * ctx);
   const PipelineStage& st = model_->stage();
   const auto m = static_cast<std::int64_t>(plan_.passes.size());
+  const auto t0 = Clock::now();
   fill_batch();
   for (std::int64_t i = 0; i < m; ++i) {
     if (!st.first()) link_->post_recv_forward(i, recv_h_[i].data(), std::ssize(recv_h_[i]));
@@ -230,6 +243,7 @@ float TrainJob::pipeline_forward_backward(std::int64_t step) {
     }
   }
   link_->wait_sends();
+  passes_seconds_ = std::chrono::duration<double>(Clock::now() - t0).count();
   float loss_sum = 0;
   if (st.last()) {
     loss_counter.result(&loss_sum);

@@ -56,6 +56,12 @@ struct StepResult {
   std::optional<Nonfinite> nonfinite;  // set when the loss or the gradient norm is not finite
   bool stopped = false;                // the guard stopped the step before its update
   bool skipped = false;                // the guard skipped the step (optim.on_nonfinite=skip)
+  // More than one rank, by world rank (ms): compute = the rank's forward and backward passes of
+  // the step (TP exchanges and, with PP, pipeline waits included), up to its first DP
+  // collective; sync = from there until its gradients are reduced: the loss and gradient
+  // reductions over DP, including the wait for the slowest rank of its DP group. A rank whose
+  // compute is the largest is the straggler the others' sync waits for.
+  std::vector<float> compute_ms, sync_ms;
   // PP > 1 only, by world rank: the seconds the rank waited for its pipeline neighbours in the
   // step (its share of the bubble, plus transfers), its peak resident memory and what its
   // activation slots hold (Gpt::forward_state_bytes), in MiB.
@@ -93,7 +99,7 @@ class TrainJob {
   float pipeline_forward_backward(std::int64_t step);  // the same as a pipeline stage (PP > 1)
   void fill_batch();  // every microbatch's tokens, labels and sequence ids of this step
   void setup_pipeline();
-  void pipeline_metrics(StepResult& r);
+  void rank_metrics(StepResult& r, double compute_s, double sync_s);  // world > 1: gathered
   void update(std::int64_t step, float grad_norm, float lr);  // clip + AdamW (+ op records)
   void flip_bit(std::int64_t step);    // debug.bitflip's hook, after the update
   void inject_nan(std::int64_t step);  // debug.nan's hook, after the gradient fingerprint
@@ -115,6 +121,7 @@ class TrainJob {
   std::size_t bitflip_param_ = 0;              // debug.bitflip's tensor (when on)
   std::size_t nan_param_ = 0;                  // debug.nan's tensor (when on)
   std::int64_t skipped_ = 0;                   // steps skipped by the non-finite guard
+  double passes_seconds_ = 0;  // this step's forward/backward passes, up to the first DP collective
   std::vector<AdamWTensor> update_tensors_;    // the update slices, for the fused clip + AdamW
   std::vector<std::int32_t> tokens_, labels_;  // [mb * context] ([per_rank * context] with PP)
   std::vector<std::int64_t> seq_ids_;          // [mb] ([per_rank] with PP)

@@ -1,14 +1,17 @@
 #include "launch/train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <vector>
@@ -331,6 +334,66 @@ class Checkpointer {
   ckpt::AsyncSaver async_;
 };
 
+// ---- the ranks' compute and sync times (rank 0), for the run's closing line ----------------
+// compute_ms and sync_ms by world rank (StepResult) of the run's last kWindow steps after its
+// first (the first alone when it is the only one). summary(): their medians per rank, the
+// fastest and the slowest rank's compute and the range of the sync, where the others wait for
+// the slowest: e.g. "ranks: compute 15020 ms (rank 1) to 15850 ms (rank 0, +5.5%), gradient
+// sync 41.3 to 872 ms (medians of 3 steps)"; empty when no step had them (one rank).
+class RankTimes {
+ public:
+  static constexpr std::size_t kWindow = 100;
+  void add(const std::vector<float>& compute, const std::vector<float>& sync, bool first) {
+    if (first) {
+      first_ = {compute, sync};
+      return;
+    }
+    steps_.push_back({compute, sync});
+    if (steps_.size() > kWindow) steps_.pop_front();
+  }
+  std::string summary() const {
+    std::deque<Times> rows = steps_;
+    if (rows.empty() && !first_.compute.empty()) rows.push_back(first_);
+    if (rows.empty()) return {};
+    const std::size_t ranks = rows[0].compute.size();
+    std::vector<float> c(ranks), y(ranks);
+    for (std::size_t k = 0; k < ranks; ++k) {
+      c[k] = median_of(rows, &Times::compute, k);
+      y[k] = median_of(rows, &Times::sync, k);
+    }
+    const auto lo = std::ranges::min_element(c) - c.begin();
+    const auto hi = std::ranges::max_element(c) - c.begin();
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "ranks: compute %s ms (rank %td) to %s ms (rank %td, %+.1f%%), gradient sync %s "
+                  "to %s ms (medians of %zu step%s)",
+                  ms(c[lo]).c_str(), lo, ms(c[hi]).c_str(), hi,
+                  c[lo] > 0 ? 100.0 * (c[hi] / c[lo] - 1.0) : 0.0, ms(std::ranges::min(y)).c_str(),
+                  ms(std::ranges::max(y)).c_str(), rows.size(), rows.size() == 1 ? "" : "s");
+    return line;
+  }
+
+ private:
+  struct Times {
+    std::vector<float> compute, sync;  // by world rank
+  };
+  static std::string ms(float v) {  // whole ms from 100 on, tenths below
+    char b[32];
+    std::snprintf(b, sizeof b, v >= 100.0f ? "%.0f" : "%.1f", static_cast<double>(v));
+    return b;
+  }
+  // Median of rank k's values (the upper middle of an even count).
+  static float median_of(const std::deque<Times>& rows, std::vector<float> Times::*field,
+                         std::size_t k) {
+    std::vector<float> v;
+    for (const Times& t : rows) v.push_back((t.*field)[k]);
+    std::ranges::nth_element(v, v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2));
+    return v[v.size() / 2];
+  }
+  Times first_;
+  std::deque<Times> steps_;
+};
+
 // ---- each step's lines: trace.jsonl, metrics.jsonl and the progress line (rank 0) ---------
 class StepLog {
  public:
@@ -374,6 +437,11 @@ class StepLog {
     mj["verify_cpu_ms"] = hash_cpu_secs * 1e3;  // verify_ms's work, CPU time of all threads
     mj["cpu_ms"] = t.cpu_seconds * 1e3;         // the step's CPU time, all threads of rank 0
     mj["tokens_per_s"] = tps;
+    if (!r.compute_ms.empty()) {  // by world rank
+      mj["compute_ms"] = r.compute_ms;
+      mj["sync_ms"] = r.sync_ms;
+      ranks_.add(r.compute_ms, r.sync_ms, step == start_ + 1);
+    }
     if (!r.pipeline_wait_ms.empty()) {  // by world rank
       mj["pipeline_wait_ms"] = r.pipeline_wait_ms;
       mj["peak_rss_mib"] = r.peak_rss_mib;
@@ -393,6 +461,7 @@ class StepLog {
   }
 
   float last_loss() const { return last_loss_; }
+  std::string rank_summary() const { return ranks_.summary(); }
 
  private:
   const config::Config& cfg_;
@@ -400,6 +469,7 @@ class StepLog {
   std::int64_t start_, last_;
   double steady_seconds_ = 0;
   float last_loss_ = 0;
+  RankTimes ranks_;
 };
 
 // ---- the run directory's lock and the non-finite guard's lines ----------------------------
@@ -541,6 +611,7 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   checkpoints.finish();
   if (root && status != ExitStatus::nonfinite && step > resumed.step) {
     const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+    if (const std::string ranks = log.rank_summary(); !ranks.empty()) std::printf("%s\n", ranks.c_str());
     std::printf("done: %lld steps in %s, final loss %s, run directory %s\n",
                 static_cast<long long>(step - resumed.step), fmt_duration(total).c_str(),
                 dec_float(log.last_loss()).c_str(), cfg.run.out.c_str());

@@ -61,7 +61,9 @@ if part in ("all", "learning"):
     out = os.path.join(work, "learning")
     run_train(binary, mpirun, 1, out, tiny,
               ["run.steps=60", "model.dropout=0", "optim.lr=3e-3", "optim.warmup=5", "run.threads=2"])
-    losses = [float(json.loads(l)["loss"]) for l in open(os.path.join(out, "metrics.jsonl"))]
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    report(not any("compute_ms" in r for r in rows), "one rank: no per-rank times in metrics.jsonl")
+    losses = [float(r["loss"]) for r in rows]
     tail = sum(losses[-5:]) / 5
     report(losses[0] > 5.0 and tail < 2.7,
            f"loss falls: step 1 {losses[0]:.3f} -> mean of last 5 steps {tail:.3f} (threshold 2.7)")
@@ -78,8 +80,19 @@ if part in ("all", "data"):
     res = run([binary, "data", "preprocess", "--input", text, "--input", jsonl, "--output-prefix", prefix])
     report(res.returncode == 0 and os.path.exists(prefix + ".idx"), "data preprocess writes .bin/.idx")
     out = os.path.join(work, "textrun")
-    run_train(binary, mpirun, 2, out, tiny, ["run.steps=3", f"data.path={prefix}", "run.threads=1"])
+    res = run_train(binary, mpirun, 2, out, tiny, ["run.steps=3", f"data.path={prefix}", "run.threads=1"])
     report(len(open(os.path.join(out, "trace.jsonl")).readlines()) == 3, "DP=2 trains on the preprocessed dataset")
+    # Every rank's forward/backward and gradient-sync time per step, and the closing line that
+    # names the slowest rank (what the others wait for).
+    rows = [json.loads(l) for l in open(os.path.join(out, "metrics.jsonl"))]
+    ok = all(len(r["compute_ms"]) == 2 and len(r["sync_ms"]) == 2
+             and all(0 < c < r["ms"] for c in r["compute_ms"])
+             and all(0 <= y < r["ms"] for y in r["sync_ms"]) for r in rows)
+    summary = [l for l in res.stdout.splitlines() if l.startswith("ranks: compute ")]
+    report(ok and len(summary) == 1 and "(medians of 2 steps)" in summary[0],
+           "DP=2: metrics.jsonl's compute_ms / sync_ms per rank, one 'ranks:' line at the end")
+    if not ok or len(summary) != 1:
+        print("    ", rows[-1], summary)
     res = run([binary, "run", "--np", "2", "--tp", "2", tiny, "--set", "run.steps=2",
                "--set", "run.out=" + os.path.join(work, "viarun")],
               mpirun_flags.ROOT_ENV)
