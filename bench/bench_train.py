@@ -37,7 +37,7 @@ largest rank (every rank runs under /usr/bin/time, which reports its maximum res
 size); for lockstep at np > 1 the ranks' compute spread: per steady step the slowest rank's
 forward/backward time minus the fastest's (metrics.jsonl's compute_ms), the median over the
 configuration's steps, which is what the faster ranks wait at the gradient sync (on a VM whose
-cores run at different speeds, most of what np 2 x 1 loses against one core alone).
+cores run at different speeds, part of what np 2 x 1 loses against one core alone).
 
 Model FLOPs per token = 6 * N_matmul + 12 * L * T * d, with N_matmul the parameters in
 matmuls: L * (4 d^2 + 2 d ffn) + vocab * d (the tied LM head). For bench-small
