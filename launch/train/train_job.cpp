@@ -146,17 +146,19 @@ StepResult TrainJob::run_step(std::int64_t step) {
   return r;
 }
 
-// Every rank's compute and sync time of the step (StepResult), and with PP its pipeline wait,
-// peak RSS and forward-state bytes (Gpt::forward_state_bytes, in MiB): one allgather, for
-// metrics.jsonl.
+// Every rank's compute and sync time of the step (StepResult), and with PP its pipeline wait
+// (taken out of its compute: every wait of the link lies inside the passes), peak RSS and
+// forward-state bytes (Gpt::forward_state_bytes, in MiB): one allgather, for metrics.jsonl.
 void TrainJob::rank_metrics(StepResult& r, double compute_s, double sync_s) {
-  std::vector<float> mine = {static_cast<float>(compute_s * 1e3), static_cast<float>(sync_s * 1e3)};
+  const double wait_s = link_ ? link_->take_wait_seconds() : 0.0;
+  std::vector<float> mine = {static_cast<float>((compute_s - wait_s) * 1e3),
+                             static_cast<float>(sync_s * 1e3)};
   if (link_) {
     rusage ru{};
     check(getrusage(RUSAGE_SELF, &ru) == 0,
           "getrusage failed on rank " + std::to_string(world_.rank()),
           "needed for metrics.jsonl's peak_rss_mib");
-    mine.push_back(static_cast<float>(link_->take_wait_seconds() * 1e3));
+    mine.push_back(static_cast<float>(wait_s * 1e3));
     mine.push_back(static_cast<float>(static_cast<double>(ru.ru_maxrss) / 1024.0));
     mine.push_back(
         static_cast<float>(static_cast<double>(model_->forward_state_bytes()) / (1024.0 * 1024.0)));

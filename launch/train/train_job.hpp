@@ -57,8 +57,8 @@ struct StepResult {
   bool stopped = false;                // the guard stopped the step before its update
   bool skipped = false;                // the guard skipped the step (optim.on_nonfinite=skip)
   // More than one rank, by world rank (ms): compute = the rank's forward and backward passes of
-  // the step (TP exchanges and, with PP, pipeline waits included), up to its first DP
-  // collective; sync = from there until its gradients are reduced: the loss and gradient
+  // the step up to its first DP collective (TP exchanges included; with PP less its pipeline
+  // wait, reported apart); sync = from there until its gradients are reduced: the loss and gradient
   // reductions over DP, including the wait for the slowest rank of its DP group. A rank whose
   // compute is the largest is the straggler the others' sync waits for.
   std::vector<float> compute_ms, sync_ms;

@@ -54,6 +54,22 @@ def train_direct(np, name, sets):
 UNITS = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
 
 
+def check_rank_times(name, np, run_dir):
+    """metrics.jsonl's per-rank times under PP: compute (the passes less the pipeline wait),
+    the wait and the DP sync each within the step, one value per world rank."""
+    global failed
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        rows = [json.loads(l) for l in f]
+    bad = [r["step"] for r in rows
+           if not all(len(r[k]) == np for k in ("compute_ms", "sync_ms", "pipeline_wait_ms"))
+           or not all(0 < c and c + w < r["ms"] and 0 <= y < r["ms"]
+                      for c, w, y in zip(r["compute_ms"], r["pipeline_wait_ms"], r["sync_ms"]))]
+    if bad:
+        failed += 1
+        print(f"  {name}: compute_ms / pipeline_wait_ms / sync_ms out of range at steps {bad}: "
+              f"{rows[-1]}")
+
+
 def check_activations(name, res, run_dir):
     """The banner's per-stage activation estimate ("activations 3 x 1.07 MiB", three
     significant digits) against what every rank's slots hold (metrics.jsonl's activation_mib,
@@ -110,6 +126,7 @@ if part == "layouts":
         pipe = banner(res, "pipeline:")
         if pipe:
             check_activations(name, res, os.path.join(work, f"run{i}"))
+            check_rank_times(name, np, os.path.join(work, f"run{i}"))
         expect_same(name + (f" [{pipe.split(',')[1].strip()}]" if pipe else ""), ref, trace)
     # The tied embedding's two copies (first and last stage) are compared by the replica guard
     # every step; it ran above (verify.replica_check_interval = 1) without a complaint.
