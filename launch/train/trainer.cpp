@@ -611,7 +611,8 @@ int train(const config::Config& cfg_in, Context& mpi, StepDriver& driver) {
   checkpoints.finish();
   if (root && status != ExitStatus::nonfinite && step > resumed.step) {
     const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
-    if (const std::string ranks = log.rank_summary(); !ranks.empty()) std::printf("%s\n", ranks.c_str());
+    const std::string ranks = log.rank_summary();  // empty for one rank
+    if (!ranks.empty()) std::printf("%s\n", ranks.c_str());
     std::printf("done: %lld steps in %s, final loss %s, run directory %s\n",
                 static_cast<long long>(step - resumed.step), fmt_duration(total).c_str(),
                 dec_float(log.last_loss()).c_str(), cfg.run.out.c_str());
