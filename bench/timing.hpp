@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/median.hpp"
 
 namespace lockstep::bench {
 
@@ -30,12 +31,7 @@ inline double cpu_s(clockid_t clock = CLOCK_PROCESS_CPUTIME_ID) {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-inline double median(std::vector<double> v) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  const std::size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
+using lockstep::median;
 
 struct Spread {
   double min = 0.0, median = 0.0, max = 0.0;

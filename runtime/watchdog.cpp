@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "runtime/error.hpp"
+#include "runtime/median.hpp"
 
 namespace lockstep::watchdog {
 namespace {
@@ -57,14 +58,6 @@ struct State {
 State& state() {
   static State s;
   return s;
-}
-
-double median(std::vector<double> v) {
-  const std::size_t n = v.size(), mid = n / 2;
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
-  const double hi = v[mid];
-  if (n % 2 == 1) return hi;
-  return (*std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid)) + hi) / 2;
 }
 
 double auto_of_samples(const std::vector<double>& post_warmup) {

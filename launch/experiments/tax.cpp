@@ -34,6 +34,7 @@
 #include "launch/train/modes.hpp"
 #include "launch/train/validate.hpp"
 #include "runtime/error.hpp"
+#include "runtime/median.hpp"
 
 namespace lockstep::experiments {
 namespace {
@@ -44,12 +45,6 @@ struct ModeTimes {
   std::vector<double> trial_medians;  // per trial
   std::vector<double> paired_pct;     // runs: per trial; interleaved: per (trial, step)
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 // The q-quantile of v (linear between order statistics).
 double quantile(std::vector<double> v, double q) {

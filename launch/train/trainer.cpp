@@ -31,6 +31,7 @@
 #include "runtime/error.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/grid.hpp"
+#include "runtime/median.hpp"
 #include "runtime/watchdog.hpp"
 #include "verify/trace.hpp"
 
@@ -356,7 +357,7 @@ class RankTimes {
     if (rows.empty() && !first_.compute.empty()) rows.push_back(first_);
     if (rows.empty()) return {};
     const std::size_t ranks = rows[0].compute.size();
-    std::vector<float> c(ranks), y(ranks);
+    std::vector<double> c(ranks), y(ranks);
     for (std::size_t k = 0; k < ranks; ++k) {
       c[k] = median_of(rows, &Times::compute, k);
       y[k] = median_of(rows, &Times::sync, k);
@@ -377,18 +378,17 @@ class RankTimes {
   struct Times {
     std::vector<float> compute, sync;  // by world rank
   };
-  static std::string ms(float v) {  // whole ms from 100 on, tenths below
+  static std::string ms(double v) {  // whole ms from 100 on, tenths below
     char b[32];
-    std::snprintf(b, sizeof b, v >= 100.0f ? "%.0f" : "%.1f", static_cast<double>(v));
+    std::snprintf(b, sizeof b, v >= 100.0 ? "%.0f" : "%.1f", v);
     return b;
   }
-  // Median of rank k's values (the upper middle of an even count).
-  static float median_of(const std::deque<Times>& rows, std::vector<float> Times::*field,
-                         std::size_t k) {
-    std::vector<float> v;
+  // Median of rank k's values (the mean of the two middle ones for an even count).
+  static double median_of(const std::deque<Times>& rows, std::vector<float> Times::*field,
+                          std::size_t k) {
+    std::vector<double> v;
     for (const Times& t : rows) v.push_back((t.*field)[k]);
-    std::ranges::nth_element(v, v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2));
-    return v[v.size() / 2];
+    return median(std::move(v));
   }
   Times first_;
   std::deque<Times> steps_;

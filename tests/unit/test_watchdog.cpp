@@ -1,12 +1,15 @@
 // Tests of the progress watchdog's pure parts (runtime/watchdog.hpp): the automatic timeout
 // rule (the first 2 steps skipped, 10 x the median, at least 300 s) and the heartbeat. The
 // watched waits themselves are tested in tests/mpi/test_collectives.cpp (same bits armed and
-// off) and end to end by tests/e2e/fault_watchdog.py (a SIGSTOPped rank).
+// off) and end to end by tests/e2e/fault_watchdog.py (a SIGSTOPped rank). Also the median that
+// the watchdog shares with the trainer's closing line, `lockstep tax` and the benchmarks
+// (runtime/median.hpp).
 #include <catch2/catch.hpp>
 
 #include <string>
 #include <vector>
 
+#include "runtime/median.hpp"
 #include "runtime/watchdog.hpp"
 
 using namespace lockstep;
@@ -26,6 +29,14 @@ TEST_CASE("auto timeout: 10 x the median of the steps after the first 2", "[watc
   CHECK(watchdog::auto_timeout(even) == 500.0);
   const std::vector<double> one{0.0, 0.0, 31.0};
   CHECK(watchdog::auto_timeout(one) == 310.0);
+}
+
+TEST_CASE("median: the middle value, the mean of the two middle ones, 0 for none", "[median]") {
+  CHECK(median({}) == 0.0);
+  CHECK(median({7.0}) == 7.0);
+  CHECK(median({3.0, 1.0, 2.0}) == 2.0);
+  CHECK(median({4.0, 1.0, 3.0, 2.0}) == 2.5);
+  CHECK(median({5.0, 5.0, 1.0, 9.0}) == 5.0);
 }
 
 TEST_CASE("heartbeat: step and phase are plain stores, Phase restores", "[watchdog]") {
