@@ -69,7 +69,8 @@ std::string gemm_vendor_info();
 // Tiling knobs of the canonical and chain kernels. They change speed only, never bits (the
 // tests vary them to prove it). kc_target: K panel length; canonical uses the largest nodes
 // of K's tree of at most kc_target (1.5 * kc_target on AVX-512; at least one block; gemm.cpp,
-// plan_canonical). nc: columns per packed B panel. mc: rows per packed A block.
+// plan_canonical). nc: columns per packed B panel (a width of up to 1.5 * nc is one panel).
+// mc: rows per packed A block.
 // A test and benchmark hook: set it while no GEMM is running.
 struct GemmTuning {
   std::int64_t kc_target = 256;

@@ -776,8 +776,13 @@ struct Driver {
   static std::size_t bpack_floats(const GemmArgs& g, const Plan& pl, std::int64_t nc) {
     return static_cast<std::size_t>((resident(g, pl, nc) ? g.K : pl.kmax) * nc);
   }
+  // Columns per B panel on columns [j0, j1): pl.nc, or all of them where they are at most
+  // 1.5 * pl.nc, so that N = 768 runs as one block instead of 512 + 256 and each A block is
+  // packed once instead of twice (GPT-2 small's d_model; +1-3% on its microbatch-3 shapes,
+  // docs/benchmarks.md, GEMM section).
   static std::int64_t nc_for(const Plan& pl, std::int64_t j0, std::int64_t j1) {
-    return std::min(pl.nc, ceil_div(j1 - j0, NR) * NR);
+    const std::int64_t width = ceil_div(j1 - j0, NR) * NR;
+    return width <= pl.nc + pl.nc / 2 ? width : pl.nc;
   }
 
   // The sequential algorithm on the C rectangle rows [i0, i1) x columns [j0, j1), i0 and j0

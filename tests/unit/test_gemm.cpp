@@ -599,7 +599,7 @@ TEST_CASE("canonical GEMM on bench-small shapes equals the reference at 1, 2 and
 // nc blocks runs in the A-once order (the A block packed once per K panel, the slots holding
 // every column block of a span of up to 8). Both must give the reference's bits (canonical)
 // and one FMA chain per element (chain), on every ISA path, at 1 and 2 threads, in one and
-// several K panels.
+// several K panels; so must a column block of up to 1.5 * nc run as one.
 TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order") {
   TuningGuard guard;
   std::uint64_t s = 11;
@@ -614,6 +614,10 @@ TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order")
   cases.push_back({100, 1100, 600, GemmTuning{}});  // default tuning: 3 column blocks
   cases.push_back({20, 330, 300, narrow});  // 11 column blocks: A-once spans of 8 and 3
   cases.push_back({256, 96, 130, GemmTuning{64, 32, 264, 0, true, 0}});  // 4 rows past 252
+  // nc 64 and 90 columns (96 padded, at most 1.5 * nc): one column block wider than nc, its
+  // rows split between the threads (300) or its columns (40).
+  cases.push_back({300, 90, 300, GemmTuning{64, 64, 264, 0, true, 2}});
+  cases.push_back({40, 90, 300, GemmTuning{64, 64, 264, 0, true, 2}});
   for (const Case& c : cases) {
     const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
     const Problem p = make_problem(ta, tb, c.M, c.N, c.K, splitmix64(s) % 3, splitmix64(s),
