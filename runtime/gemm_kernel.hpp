@@ -778,8 +778,8 @@ struct Driver {
   }
   // Columns per B panel on columns [j0, j1): pl.nc, or all of them where they are at most
   // 1.5 * pl.nc, so that N = 768 runs as one block instead of 512 + 256 and each A block is
-  // packed once instead of twice (GPT-2 small's d_model; +1-3% on its microbatch-3 shapes,
-  // docs/benchmarks.md, GEMM section).
+  // packed once instead of twice (GPT-2 small's d_model; -0.2% to +4% on its microbatch-3
+  // shapes at 1 thread, docs/benchmarks.md, GEMM section, "One column block for N = 768").
   static std::int64_t nc_for(const Plan& pl, std::int64_t j0, std::int64_t j1) {
     const std::int64_t width = ceil_div(j1 - j0, NR) * NR;
     return width <= pl.nc + pl.nc / 2 ? width : pl.nc;
