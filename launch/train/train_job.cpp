@@ -103,6 +103,7 @@ void TrainJob::setup_pipeline() {
 }
 
 StepResult TrainJob::run_step(std::int64_t step) {
+  const auto t_step = Clock::now();
   StepResult r;
   watchdog::set_step(step);  // the heartbeat (runtime/watchdog.hpp): plain stores
   watchdog::set_phase("forward/backward");
@@ -142,17 +143,21 @@ StepResult TrainJob::run_step(std::int64_t step) {
   r.fp = state_->finish(step, rng_fingerprint(static_cast<std::uint64_t>(cfg_.run.seed), step + 1),
                         data_fingerprint(sampler_->to_json().dump()));
   r.verify_seconds += std::chrono::duration<double>(Clock::now() - tv1).count();
-  if (world_.size() > 1) rank_metrics(r, passes_seconds_, sync_seconds);
+  if (world_.size() > 1) {
+    const double elapsed_s = std::chrono::duration<double>(Clock::now() - t_step).count();
+    rank_metrics(r, passes_seconds_, sync_seconds, elapsed_s);
+  }
   return r;
 }
 
-// Every rank's compute and sync time of the step (StepResult), and with PP its pipeline wait
-// (taken out of its compute: every wait of the link lies inside the passes), peak RSS and
-// forward-state bytes (Gpt::forward_state_bytes, in MiB): one allgather, for metrics.jsonl.
-void TrainJob::rank_metrics(StepResult& r, double compute_s, double sync_s) {
+// Every rank's compute and sync time of the step (StepResult), the step so far on its own clock,
+// and with PP its pipeline wait (taken out of its compute: every wait of the link lies inside the
+// passes), peak RSS and forward-state bytes (Gpt::forward_state_bytes, in MiB): one allgather,
+// for metrics.jsonl.
+void TrainJob::rank_metrics(StepResult& r, double compute_s, double sync_s, double elapsed_s) {
   const double wait_s = link_ ? link_->take_wait_seconds() : 0.0;
   std::vector<float> mine = {static_cast<float>((compute_s - wait_s) * 1e3),
-                             static_cast<float>(sync_s * 1e3)};
+                             static_cast<float>(sync_s * 1e3), static_cast<float>(elapsed_s * 1e3)};
   if (link_) {
     rusage ru{};
     check(getrusage(RUSAGE_SELF, &ru) == 0,
@@ -169,10 +174,11 @@ void TrainJob::rank_metrics(StepResult& r, double compute_s, double sync_s) {
   for (std::size_t i = 0; i < all.size(); i += per) {
     r.compute_ms.push_back(all[i]);
     r.sync_ms.push_back(all[i + 1]);
+    r.rank_ms.push_back(all[i + 2]);
     if (!link_) continue;
-    r.pipeline_wait_ms.push_back(all[i + 2]);
-    r.peak_rss_mib.push_back(all[i + 3]);
-    r.activation_mib.push_back(all[i + 4]);
+    r.pipeline_wait_ms.push_back(all[i + 3]);
+    r.peak_rss_mib.push_back(all[i + 4]);
+    r.activation_mib.push_back(all[i + 5]);
   }
 }
 

@@ -60,8 +60,11 @@ struct StepResult {
   // the step up to its first DP collective (TP exchanges included; with PP less its pipeline
   // wait, reported apart); sync = from there until its gradients are reduced: the loss and gradient
   // reductions over DP, including the wait for the slowest rank of its DP group. A rank whose
-  // compute is the largest is the straggler the others' sync waits for.
-  std::vector<float> compute_ms, sync_ms;
+  // compute is the largest is the straggler the others' sync waits for. rank = the step on the
+  // rank's own clock, from its start to these figures' allgather (after the update and the
+  // fingerprints): it bounds the rank's compute + sync (+ pipeline wait), which rank 0's step
+  // time need not, since each rank starts its step when its own previous one ends.
+  std::vector<float> compute_ms, sync_ms, rank_ms;
   // PP > 1 only, by world rank: the seconds the rank waited for its pipeline neighbours in the
   // step (its share of the bubble, plus transfers), its peak resident memory and what its
   // activation slots hold (Gpt::forward_state_bytes), in MiB.
@@ -99,7 +102,7 @@ class TrainJob {
   float pipeline_forward_backward(std::int64_t step);  // the same as a pipeline stage (PP > 1)
   void fill_batch();  // every microbatch's tokens, labels and sequence ids of this step
   void setup_pipeline();
-  void rank_metrics(StepResult& r, double compute_s, double sync_s);  // world > 1: gathered
+  void rank_metrics(StepResult& r, double compute_s, double sync_s, double elapsed_s);  // world > 1
   void update(std::int64_t step, float grad_norm, float lr);  // clip + AdamW (+ op records)
   void flip_bit(std::int64_t step);    // debug.bitflip's hook, after the update
   void inject_nan(std::int64_t step);  // debug.nan's hook, after the gradient fingerprint

@@ -441,6 +441,7 @@ class StepLog {
     if (!r.compute_ms.empty()) {  // by world rank
       mj["compute_ms"] = r.compute_ms;
       mj["sync_ms"] = r.sync_ms;
+      mj["rank_ms"] = r.rank_ms;
       ranks_.add(r.compute_ms, r.sync_ms, step == start_ + 1);
     }
     if (!r.pipeline_wait_ms.empty()) {  // by world rank

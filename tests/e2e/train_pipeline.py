@@ -56,23 +56,25 @@ UNITS = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
 
 def check_rank_times(name, np, run_dir):
     """metrics.jsonl's per-rank times under PP, one value per world rank: compute (the passes
-    less the pipeline wait) > 0, wait and DP sync >= 0, and on rank 0, whose clock `ms` is,
-    compute + wait + sync within the step. Another rank's three are timed on its own clock from
-    its own step start, which can precede rank 0's (a rank 1 at 68.2 ms of compute + wait
+    less the pipeline wait) > 0, wait and DP sync >= 0, and compute + wait + sync within the
+    rank's own step so far (rank_ms, its own clock), which is within rank 0's step `ms` on rank
+    0. Another rank's step may start before rank 0's (a rank 1 at 68.2 ms of compute + wait
     against rank 0's 67.0 ms step 1 on an oversubscribed 2-core host), so `ms` bounds rank 0's
     alone."""
     global failed
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         rows = [json.loads(l) for l in f]
+    keys = ("compute_ms", "sync_ms", "pipeline_wait_ms", "rank_ms")
     bad = [r["step"] for r in rows
-           if not all(len(r[k]) == np for k in ("compute_ms", "sync_ms", "pipeline_wait_ms"))
-           or not all(0 < c and 0 <= w and 0 <= y
-                      for c, w, y in zip(r["compute_ms"], r["pipeline_wait_ms"], r["sync_ms"]))
-           or not r["compute_ms"][0] + r["pipeline_wait_ms"][0] + r["sync_ms"][0] < r["ms"]]
+           if not all(len(r[k]) == np for k in keys)
+           or not all(0 < c and 0 <= w and 0 <= y and c + w + y <= t
+                      for c, w, y, t in zip(*(r[k] for k in ("compute_ms", "pipeline_wait_ms",
+                                                              "sync_ms", "rank_ms"))))
+           or not r["rank_ms"][0] <= r["ms"]]
     if bad:
         failed += 1
-        print(f"  {name}: compute_ms / pipeline_wait_ms / sync_ms out of range at steps {bad}: "
-              f"{rows[-1]}")
+        print(f"  {name}: compute_ms / pipeline_wait_ms / sync_ms / rank_ms out of range at steps "
+              f"{bad}: {rows[-1]}")
 
 
 def check_activations(name, res, run_dir):
