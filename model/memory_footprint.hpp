@@ -4,7 +4,9 @@
 // logits) and the backward's scratch. The forward state is counted buffer by buffer as
 // model/gpt_*.cpp allocate them in a training step (op trace off), so it equals
 // Gpt::forward_state_bytes() after such a step (tests/unit/test_model.cpp checks it); the scratch
-// is the backward's dense buffers and the attention's per-thread scratch, approximately.
+// is the backward's dense buffers and the attention's per-thread scratch, approximately, plus
+// the GEMMs' own buffers, which a thread keeps at the largest size any call needed (the
+// largest over the stage's GEMM shapes, equal to what a one-thread step holds: test_model.cpp).
 // Determinism contract: bookkeeping only, no arithmetic on model values.
 #pragma once
 
@@ -12,6 +14,8 @@
 
 #include "model/config.hpp"
 #include "model/pipeline_stage.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/isa.hpp"
 
 namespace lockstep {
 
@@ -24,11 +28,15 @@ struct StageFootprint {
   std::int64_t grad_group_floats = 0;
   std::int64_t forward_state_bytes = 0;     // one microbatch of mb sequences, kept to backward
   std::int64_t backward_scratch_bytes = 0;  // once per rank, reused by every microbatch
+  // The GEMMs' grow-only per-thread buffers (runtime/gemm.hpp, gemm_scratch) at the largest
+  // size the stage's linear layers, LM head and attention products need: once per rank.
+  std::int64_t gemm_scratch_bytes = 0;
 };
 
 // The footprint of `stage` on one of `tp` TP ranks for microbatches of `mb` sequences, with the
-// model's dropout on (training) or off; `threads`: the rank's kernel threads.
+// model's dropout on (training) or off; `ctx`: the rank's kernels (threads, ISA, reduce block
+// and tree), `impl` the GEMM its determinism mode runs.
 StageFootprint stage_footprint(const ModelConfig& cfg, int tp, const PipelineStage& stage,
-                               std::int64_t mb, int threads);
+                               std::int64_t mb, const KernelCtx& ctx, GemmImpl impl);
 
 }  // namespace lockstep

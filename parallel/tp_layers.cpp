@@ -12,9 +12,7 @@ namespace lockstep {
 TpContext::TpContext(const Grid* grid, Determinism mode, KernelCtx ctx, std::int64_t sequence)
     : grid_(grid), mode_(mode), ctx_(ctx.flat()), tokens_(ctx.over_sequences(sequence)) {
   validate(ctx_);
-  impl_ = mode == Determinism::invariant       ? GemmImpl::canonical
-          : mode == Determinism::deterministic ? GemmImpl::chain
-                                               : fastest_gemm_impl(ctx_.isa);
+  impl_ = gemm_impl_for(mode, ctx_.isa);
   if (grid_) {
     size_ = grid_->tp_size();
     rank_ = grid_->tp_rank();

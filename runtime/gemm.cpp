@@ -160,6 +160,12 @@ GemmImpl fastest_gemm_impl(Isa isa) {
   return isa == Isa::avx512 ? GemmImpl::canonical : GemmImpl::openblas;
 }
 
+GemmImpl gemm_impl_for(Determinism mode, Isa isa) {
+  return mode == Determinism::invariant       ? GemmImpl::canonical
+         : mode == Determinism::deterministic ? GemmImpl::chain
+                                              : fastest_gemm_impl(isa);
+}
+
 std::string gemm_vendor_info() {
   std::string eigen = "Eigen: not built for this CPU (needs AVX-512)";
   if (isa_supported(Isa::avx512)) {
@@ -263,6 +269,33 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
     }
   }
   fail("gemm: unknown implementation", "use a GemmImpl value");
+}
+
+std::vector<GemmScratch> gemm_scratch(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb,
+                                      std::int64_t M, std::int64_t N, std::int64_t K) {
+  validate(ctx);
+  const bool canon = impl == GemmImpl::canonical;
+  if ((!canon && impl != GemmImpl::chain) || M <= 0 || N <= 0 || K <= 0) return {};
+  const std::int64_t lda = ta == Trans::N ? K : M, ldb = tb == Trans::N ? N : K;
+  gemm_detail::GemmArgs g{ta,      tb,          M,  N,           K,
+                          nullptr, lda,         nullptr, ldb,    nullptr,
+                          N,       ctx.threads, ctx.reduce_block, ctx.tree, ctx.sequence,
+                          nullptr};
+  const GemmTuning& t = gemm_detail::g_tuning;
+  g.kplan = &gemm_detail::cached_plan(g, t, canon, ctx.isa);
+  switch (ctx.isa) {
+    case Isa::avx512:
+      return gemm_detail::scratch_avx512(g, t, canon);
+    case Isa::avx2:
+      return gemm_detail::scratch_avx2(g, t, canon);
+    case Isa::scalar:
+      break;
+  }
+  return gemm_detail::scratch_scalar(g, t, canon);
+}
+
+std::int64_t gemm_scratch_held_bytes() {
+  return gemm_detail::g_scratch_bytes.load(std::memory_order_relaxed);
 }
 
 namespace {

@@ -22,7 +22,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "runtime/determinism.hpp"
 #include "runtime/enum_names.hpp"
 #include "runtime/isa.hpp"
 #include "runtime/tensor.hpp"
@@ -47,6 +49,9 @@ GemmImpl parse_gemm_impl(std::string_view name);
 // the numbers): canonical on AVX-512 (faster than chain in the training step), OpenBLAS
 // otherwise.
 GemmImpl fastest_gemm_impl(Isa isa);
+// The GEMM a determinism mode runs: canonical (invariant), chain (deterministic), or
+// fastest_gemm_impl(isa) (fast).
+GemmImpl gemm_impl_for(Determinism mode, Isa isa);
 
 // C[M,N] = op(A)[M,K] . op(B)[K,N]; C is overwritten.
 // ta == N: A is stored M x K (lda >= K); ta == T: A is stored K x M (lda >= M).
@@ -61,6 +66,25 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
 // naming both tensors and their shapes.
 void matmul(const KernelCtx& ctx, GemmImpl impl, const Tensor& A, Trans ta, const Tensor& B,
             Trans tb, Tensor& C);
+
+// The floats of one thread's grow-only GEMM buffers that a canonical or chain call needs
+// (each thread keeps its buffers at the largest size any of its calls needed): the packed A
+// block, the packed op(B) panel, the leaf stack, the counter slots (canonical's partial sums of
+// whole K panels: levels x M x nc floats in the Goto order, which GPT-2 small's LM head weight
+// gradient at microbatch 3 makes 442 MiB) and, on the calling thread of a team that packs op(B)
+// once, that shared panel.
+struct GemmScratch {
+  std::int64_t ablock = 0, bpack = 0, stack = 0, slots = 0, shared_b = 0;
+  std::int64_t floats() const { return ablock + bpack + stack + slots + shared_b; }
+};
+// What gemm(ctx, impl, ta, tb, M, N, K, ...) needs, by OpenMP thread number of its team (the
+// caller's is entry 0; one entry when one thread runs it); empty for an empty call or a
+// vendor or reference implementation, whose buffers are not ours. Exact: the driver sizes its
+// buffers with the same function. Leading dimensions and addresses do not change it.
+std::vector<GemmScratch> gemm_scratch(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb,
+                                      std::int64_t M, std::int64_t N, std::int64_t K);
+// The bytes every GEMM scratch buffer of the process holds now (all threads).
+std::int64_t gemm_scratch_held_bytes();
 
 // What the vendor GEMMs run: OpenBLAS's build config and the core type it picked, Eigen's
 // version and SIMD set (for bench output and run records).

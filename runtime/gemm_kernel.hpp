@@ -81,6 +81,10 @@ void canonical_avx512(const GemmArgs& g, const GemmTuning& t);
 void chain_avx512(const GemmArgs& g, const GemmTuning& t);
 void canonical_avx2(const GemmArgs& g, const GemmTuning& t);
 void chain_avx2(const GemmArgs& g, const GemmTuning& t);
+// The floats of each thread's GEMM scratch a canonical or chain call needs (Driver::scratch).
+std::vector<GemmScratch> scratch_scalar(const GemmArgs& g, const GemmTuning& t, bool canonical);
+std::vector<GemmScratch> scratch_avx512(const GemmArgs& g, const GemmTuning& t, bool canonical);
+std::vector<GemmScratch> scratch_avx2(const GemmArgs& g, const GemmTuning& t, bool canonical);
 // Eigen's GEMM, instantiated only in the AVX-512 TU: Eigen templates compiled with different
 // ISA flags in several TUs would collide at link time (one arbitrary copy wins).
 void eigen_avx512(const GemmArgs& g);
@@ -89,6 +93,9 @@ struct EigenInfo {
   const char* simd;
 };
 EigenInfo eigen_info_avx512();
+
+// The bytes every Scratch of the process holds (gemm_scratch_held_bytes).
+inline std::atomic<std::int64_t> g_scratch_bytes{0};
 
 namespace {
 
@@ -99,15 +106,22 @@ struct Scratch {
   std::size_t cap = 0;
   float* get(std::size_t n) {
     if (n > cap) {
-      host_free(p, cap * sizeof(float));
-      p = nullptr;
-      cap = 0;
+      release();
       p = static_cast<float*>(host_alloc(n * sizeof(float), false));
       cap = n;
+      g_scratch_bytes.fetch_add(static_cast<std::int64_t>(n * sizeof(float)),
+                                std::memory_order_relaxed);
     }
     return p;
   }
-  ~Scratch() { host_free(p, cap * sizeof(float)); }
+  void release() {
+    host_free(p, cap * sizeof(float));
+    g_scratch_bytes.fetch_sub(static_cast<std::int64_t>(cap * sizeof(float)),
+                              std::memory_order_relaxed);
+    p = nullptr;
+    cap = 0;
+  }
+  ~Scratch() { release(); }
 };
 
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
@@ -805,45 +819,65 @@ struct Driver {
   static void run_rect(const GemmArgs& g, const Plan& pl, std::int64_t i0, std::int64_t i1,
                        std::int64_t j0, std::int64_t j1, const Team& team = Team{}) {
     if (i1 <= i0 || j1 <= j0) return;
-    const std::int64_t kmax = pl.kmax;
-    const std::int64_t mtiles = ceil_div(i1 - i0, MR);
-    const std::int64_t nc = nc_for(pl, j0, j1);
-    const std::int64_t mc = std::min(pl.mc, mtiles * MR);
-    // KR micro-panels sit kmax * MR + 16 floats apart: at a multiple of 4 KiB apart, the
-    // pack's row-by-row writes to all of them would land in one L1 set.
-    const std::int64_t astride = pl.rk ? MR * ARS_RK : kmax * MR + 16;
-    const bool resident = Driver::resident(g, pl, nc);
-    const bool a_once = !resident && !team.bshared && !team.deal && mtiles * MR <= mc &&
-                        j1 - j0 > nc;
+    const RectLayout r = rect_layout(g, pl, i0, i1, j0, j1, team.bshared, team.deal);
     static thread_local Scratch abuf, bbuf, kbuf, sbuf;
     Work w;
-    w.ablock = abuf.get(static_cast<std::size_t>(astride * (mc / MR)));
-    w.astride = astride;
-    w.bpack = team.bshared ? team.bshared : bbuf.get(bpack_floats(g, pl, nc));
+    w.ablock = abuf.get(static_cast<std::size_t>(r.need.ablock));
+    w.astride = r.astride;
+    w.bpack = team.bshared ? team.bshared : bbuf.get(static_cast<std::size_t>(r.need.bpack));
     // The intra-panel stack sits at 2 KiB past a 4 KiB boundary: packed B panels start at
     // 4 KiB multiples, and a stack store sharing the low 12 address bits with the next leaf's
     // first B loads would stall them (4K aliasing).
-    float* stk = kbuf.get(static_cast<std::size_t>((pl.stack + 2) * TILE + 2048));
+    float* stk = kbuf.get(static_cast<std::size_t>(r.need.stack));
     w.stk = stk + ((2048 - reinterpret_cast<std::uintptr_t>(stk) % 4096 + 4096) % 4096) /
                       sizeof(float);
-    // A once: the slots span up to kAOnceBlocks column blocks (that many times the Goto
-    // order's), so the columns run in spans of that many blocks.
-    const std::int64_t span = kAOnceBlocks * nc;
-    w.slots.width = a_once ? ceil_div(std::min(j1 - j0, span), NR) : nc / NR;
-    const std::int64_t slot_tiles = (resident ? ceil_div(mc, MR) : mtiles) * w.slots.width;
-    w.slots.level = static_cast<std::size_t>(slot_tiles * TILE);
-    w.slots.base = pl.levels ? sbuf.get(pl.levels * w.slots.level) : nullptr;
-    if (a_once) {
-      for (std::int64_t js = j0; js < j1; js += span)
-        run_a_once(g, pl, i0, i1, js, std::min(js + span, j1), nc, w);
+    w.slots.width = r.slot_width;
+    w.slots.level = static_cast<std::size_t>(r.slot_level);
+    w.slots.base = pl.levels ? sbuf.get(static_cast<std::size_t>(r.need.slots)) : nullptr;
+    const std::int64_t nc = r.nc, mc = r.mc;
+    if (r.a_once) {
+      for (std::int64_t js = j0; js < j1; js += kAOnceBlocks * nc)
+        run_a_once(g, pl, i0, i1, js, std::min(js + kAOnceBlocks * nc, j1), nc, w);
       return;
     }
     for (std::int64_t jc = j0; jc < j1; jc += nc) {
-      if (resident)
+      if (r.resident)
         run_b_resident(g, pl, i0, i1, j0, j1, jc, nc, mc, team, w);
       else
         run_goto(g, pl, i0, i1, j0, j1, jc, nc, mc, team, w);
     }
+  }
+
+  // run_rect's loop order and blocking on C rows [i0, i1) x columns [j0, j1), and the floats
+  // its grow-only buffers need (one source for run_rect and scratch()). bshared: op(B) is the
+  // team's shared buffer; deal: the team deals row blocks out.
+  struct RectLayout {
+    std::int64_t nc = 0, mc = 0, astride = 0, slot_width = 0, slot_level = 0;
+    bool resident = false, a_once = false;
+    GemmScratch need;  // shared_b stays 0 here: the team's buffer is run()'s
+  };
+  static RectLayout rect_layout(const GemmArgs& g, const Plan& pl, std::int64_t i0,
+                                std::int64_t i1, std::int64_t j0, std::int64_t j1, bool bshared,
+                                bool deal) {
+    RectLayout r;
+    const std::int64_t mtiles = ceil_div(i1 - i0, MR);
+    r.nc = nc_for(pl, j0, j1);
+    r.mc = std::min(pl.mc, mtiles * MR);
+    // KR micro-panels sit kmax * MR + 16 floats apart: at a multiple of 4 KiB apart, the
+    // pack's row-by-row writes to all of them would land in one L1 set.
+    r.astride = pl.rk ? MR * ARS_RK : pl.kmax * MR + 16;
+    r.resident = resident(g, pl, r.nc);
+    r.a_once = !r.resident && !bshared && !deal && mtiles * MR <= r.mc && j1 - j0 > r.nc;
+    // A once: the slots span up to kAOnceBlocks column blocks (that many times the Goto
+    // order's), so the columns run in spans of that many blocks.
+    r.slot_width =
+        r.a_once ? ceil_div(std::min(j1 - j0, kAOnceBlocks * r.nc), NR) : r.nc / NR;
+    r.slot_level = (r.resident ? ceil_div(r.mc, MR) : mtiles) * r.slot_width * TILE;
+    r.need.ablock = r.astride * (r.mc / MR);
+    r.need.bpack = bshared ? 0 : static_cast<std::int64_t>(bpack_floats(g, pl, r.nc));
+    r.need.stack = (pl.stack + 2) * TILE + 2048;
+    r.need.slots = pl.levels * r.slot_level;
+    return r;
   }
 
   // run_rect's buffers: the packed A block, the packed B, the intra-panel stack, the slots.
@@ -958,6 +992,47 @@ struct Driver {
   static void run(const GemmArgs& g, const GemmTuning& tun, bool canonical) {
     if (g.M == 0 || g.N == 0) return;
     if (g.K == 0) return fill_neg_zero(g);
+    const Plan pl = make_plan(g, tun, canonical);
+    const Split sp = split(g, tun, pl);
+    if (sp.threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
+    static thread_local Scratch team_b;
+    std::atomic<std::int64_t> counters[64];
+    float* bshared = sp.share ? team_b.get(bpack_floats(g, pl, sp.nc)) : nullptr;
+    if (sp.deal)
+      for (std::int64_t c = 0; c < sp.cblocks; ++c)
+        counters[c].store(0, std::memory_order_relaxed);
+#pragma omp parallel num_threads(sp.threads)
+    {
+      const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      const Rect rc = sp.rect(g, tid, nth);
+      run_rect(g, pl, rc.i0, rc.i1, rc.j0, rc.j1,
+               sp.split_m ? Team{tid, nth, bshared, sp.deal ? counters : nullptr} : Team{});
+    }
+  }
+
+  // The floats each thread's grow-only buffers need for run(g, tun, canonical), by OpenMP
+  // thread number (one entry where one thread runs it; the caller's, entry 0, also holds the
+  // team's shared op(B)).
+  static std::vector<GemmScratch> scratch(const GemmArgs& g, const GemmTuning& tun,
+                                          bool canonical) {
+    std::vector<GemmScratch> out;
+    if (g.M == 0 || g.N == 0 || g.K == 0) return out;
+    const Plan pl = make_plan(g, tun, canonical);
+    const Split sp = split(g, tun, pl);
+    for (int tid = 0; tid < std::max(1, sp.threads); ++tid) {
+      const Rect rc = sp.threads <= 1 ? Rect{0, g.M, 0, g.N} : sp.rect(g, tid, sp.threads);
+      out.push_back(rc.i1 > rc.i0 && rc.j1 > rc.j0
+                        ? rect_layout(g, pl, rc.i0, rc.i1, rc.j0, rc.j1,
+                                      sp.split_m && sp.share, sp.split_m && sp.deal)
+                              .need
+                        : GemmScratch{});
+    }
+    if (sp.threads > 1 && sp.share)
+      out[0].shared_b = static_cast<std::int64_t>(bpack_floats(g, pl, sp.nc));
+    return out;
+  }
+
+  static Plan make_plan(const GemmArgs& g, const GemmTuning& tun, bool canonical) {
     Plan pl{};
     pl.canonical = canonical;
     const KPlan& kp = *g.kplan;
@@ -975,35 +1050,39 @@ struct Driver {
     pl.rk = g.ta == Trans::N && pl.kmax <= KCMAX_RK;
     pl.inplace = pl.rk && tun.a_in_place && rows_spread(g, pl.kmax);
     pl.cpf = tun.c_prefetch;
+    return pl;
+  }
 
-    const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
-    const bool split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;
-    const std::int64_t units = split_m ? mtiles : ntiles;
-    const int threads = static_cast<int>(std::min<std::int64_t>(g.threads, units));
-    if (threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
-    // Split along M: every thread needs all of op(B). Where no state crosses row blocks the
-    // team deals the row blocks out as members get free; op(B) is packed once, together, into
-    // a shared buffer where GemmTuning::shared_b says so, else by each member for itself.
-    static thread_local Scratch team_b;
-    const std::int64_t nc = nc_for(pl, 0, g.N);
-    std::atomic<std::int64_t> counters[64];
-    const std::int64_t cblocks = ceil_div(g.N, nc);
-    const bool deal = split_m && dealable(g, pl, threads, nc) && cblocks <= 64;
-    const bool share = split_m && (tun.shared_b == 2 || (tun.shared_b == 1 && deal));
-    float* bshared = share ? team_b.get(bpack_floats(g, pl, nc)) : nullptr;
-    if (deal)
-      for (std::int64_t c = 0; c < cblocks; ++c) counters[c].store(0, std::memory_order_relaxed);
-#pragma omp parallel num_threads(threads)
-    {
-      const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+  // How run() splits C over its threads. Split along M: every thread needs all of op(B).
+  // Where no state crosses row blocks the team deals the row blocks out as members get free;
+  // op(B) is packed once, together, into a shared buffer where GemmTuning::shared_b says so,
+  // else by each member for itself.
+  struct Rect {
+    std::int64_t i0, i1, j0, j1;
+  };
+  struct Split {
+    int threads = 1;
+    bool split_m = false, deal = false, share = false;
+    std::int64_t units = 0, nc = 0, cblocks = 0;
+    Rect rect(const GemmArgs& g, int tid, int nth) const {  // member tid's rectangle
       const std::int64_t u0 = units * tid / nth, u1 = units * (tid + 1) / nth;
-      if (deal)
-        run_rect(g, pl, 0, g.M, 0, g.N, Team{tid, nth, bshared, counters});
-      else if (split_m)
-        run_rect(g, pl, u0 * MR, std::min(g.M, u1 * MR), 0, g.N, Team{tid, nth, bshared});
-      else
-        run_rect(g, pl, 0, g.M, u0 * NR, std::min(g.N, u1 * NR));
+      if (deal) return {0, g.M, 0, g.N};
+      if (split_m) return {u0 * MR, std::min(g.M, u1 * MR), 0, g.N};
+      return {0, g.M, u0 * NR, std::min(g.N, u1 * NR)};
     }
+  };
+  static Split split(const GemmArgs& g, const GemmTuning& tun, const Plan& pl) {
+    Split sp;
+    const std::int64_t mtiles = ceil_div(g.M, MR), ntiles = ceil_div(g.N, NR);
+    sp.split_m = g.N <= g.M ? mtiles >= 2 : ntiles < 2;
+    sp.units = sp.split_m ? mtiles : ntiles;
+    sp.threads = static_cast<int>(std::min<std::int64_t>(g.threads, sp.units));
+    if (sp.threads <= 1) return sp;
+    sp.nc = nc_for(pl, 0, g.N);
+    sp.cblocks = ceil_div(g.N, sp.nc);
+    sp.deal = sp.split_m && dealable(g, pl, sp.threads, sp.nc) && sp.cblocks <= 64;
+    sp.share = sp.split_m && (tun.shared_b == 2 || (tun.shared_b == 1 && sp.deal));
+    return sp;
   }
 };
 
@@ -1012,10 +1091,14 @@ struct Driver {
 
 // Defines canonical_SUFFIX and chain_SUFFIX over trait V with an MR x (NV * V::W) register tile
 // (used once per gemm*.cpp, inside namespace lockstep::gemm_detail).
-#define LOCKSTEP_GEMM_DEFINE(SUFFIX, V, MR, NV)                     \
-  void canonical_##SUFFIX(const GemmArgs& g, const GemmTuning& t) { \
-    Driver<Kernel<V, MR, NV>>::run(g, t, true);                     \
-  }                                                                 \
-  void chain_##SUFFIX(const GemmArgs& g, const GemmTuning& t) {     \
-    Driver<Kernel<V, MR, NV>>::run(g, t, false);                    \
+#define LOCKSTEP_GEMM_DEFINE(SUFFIX, V, MR, NV)                                       \
+  void canonical_##SUFFIX(const GemmArgs& g, const GemmTuning& t) {                   \
+    Driver<Kernel<V, MR, NV>>::run(g, t, true);                                       \
+  }                                                                                   \
+  void chain_##SUFFIX(const GemmArgs& g, const GemmTuning& t) {                       \
+    Driver<Kernel<V, MR, NV>>::run(g, t, false);                                      \
+  }                                                                                   \
+  std::vector<GemmScratch> scratch_##SUFFIX(const GemmArgs& g, const GemmTuning& t,   \
+                                            bool canonical) {                         \
+    return Driver<Kernel<V, MR, NV>>::scratch(g, t, canonical);                       \
   }

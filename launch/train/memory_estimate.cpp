@@ -9,6 +9,8 @@
 #include "parallel/microbatch_plan.hpp"
 #include "parallel/pipeline_schedule.hpp"
 #include "runtime/csum.hpp"
+#include "runtime/gemm.hpp"
+#include "runtime/isa.hpp"
 #include "runtime/text.hpp"
 
 namespace lockstep::config {
@@ -46,7 +48,10 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   const std::int64_t zdp = c.parallel.zero ? dp : 1;
   const std::int64_t mb = std::min(c.parallel.microbatch, c.data.global_batch / dp);
   const PipelineStage stage = PipelineStage::of(c.model, pp, s, c.parallel.pp_layers.counts);
-  const StageFootprint f = stage_footprint(c.model, tp, stage, mb, rank_threads(c, world_size));
+  const KernelCtx ctx{resolve_isa(c.run.isa), rank_threads(c, world_size),
+                      static_cast<int>(c.numerics.reduce_block), c.numerics.tree};
+  const StageFootprint f =
+      stage_footprint(c.model, tp, stage, mb, ctx, gemm_impl_for(c.run.determinism, ctx.isa));
   const std::int64_t W = f.param_floats, G = f.grad_floats;
   const std::int64_t levels = combiner_levels(c, dp);
   StageMemory r;
@@ -61,7 +66,7 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   r.slots = pp > 1 ? pipeline_slots(c.parallel.schedule, pp, s, m) : 1;
   r.microbatch_bytes = f.forward_state_bytes;
   r.activations = r.slots * f.forward_state_bytes;
-  r.scratch = f.backward_scratch_bytes;
+  r.scratch = f.backward_scratch_bytes + f.gemm_scratch_bytes;
   return r;
 }
 

@@ -195,7 +195,8 @@ TEST_CASE("GradSync: gradients written in place reduce to the bits of copied one
       ref.allreduce(grid.dp_comm(), flat);
       INFO("streamed=" << streamed << " step=" << step);
       // Streaming used one parameter group's scratch, as the memory estimate counts it.
-      const StageFootprint f = stage_footprint(cfg, 1, in_place.stage(), 1, 1);
+      const StageFootprint f =
+          stage_footprint(cfg, 1, in_place.stage(), 1, KernelCtx::best(1), GemmImpl::canonical);
       CHECK(sync.scratch_floats() == f.grad_group_floats);
       int bad = 0, moved = 0;
       for (std::size_t p = 0; p < offset.size(); ++p) {

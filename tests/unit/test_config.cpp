@@ -397,7 +397,8 @@ TEST_CASE("memory estimate: the combiner's partial sums are its deepest stack, n
     return memory_estimate(c, ranks).at(0).gradients;
   };
   const std::int64_t level = grads(1, 1), group = grads(2, 1) - level;  // one pass: no copy
-  const StageFootprint f = stage_footprint(c.model, 1, PipelineStage::of(c.model, 1, 0), 1, 1);
+  const StageFootprint f = stage_footprint(c.model, 1, PipelineStage::of(c.model, 1, 0), 1,
+                                           KernelCtx::best(1, 16), GemmImpl::canonical);
   REQUIRE(level == 4 * f.grad_floats);
   CHECK(group == 4 * f.grad_group_floats);
   CHECK(group > 0);

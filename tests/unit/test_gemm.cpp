@@ -5,12 +5,14 @@
 // tolerance of float64; argument errors. Bitwise claims compare bits (memcmp), never tolerances.
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "runtime/aligned_vector.hpp"
@@ -642,6 +644,63 @@ TEST_CASE("canonical and chain GEMM: short last row tiles and the A-once order")
       }
     }
   }
+}
+
+// gemm_scratch says exactly how much each thread's grow-only buffers take for a call: run in a
+// fresh thread (its buffers, and its OpenMP team's, start empty and are freed when it ends),
+// the bytes the process's GEMM scratch grows by equal the sum over the call's entries. Cases:
+// one and several K panels, the Goto, B-resident (a small limit) and A-once orders, spilling
+// slots (a small spill limit), the token axis, a team sharing op(B), canonical and chain.
+TEST_CASE("gemm_scratch: what a call's buffers take, thread by thread") {
+  TuningGuard guard;
+  struct Case {
+    std::int64_t M, N, K;
+    GemmTuning tuning;
+    std::int64_t sequence;
+  };
+  const std::vector<Case> cases = {
+      {100, 1100, 600, GemmTuning{}, 0},                       // Goto order, 3 column blocks
+      {20, 330, 300, GemmTuning{64, 32, 264, 0, true, 2}, 0},  // A once
+      {300, 90, 1000, GemmTuning{64, 64, 264, 1 << 16, true, 2}, 0},  // B resident
+      {600, 96, 768, GemmTuning{64, 64, 96, 1 << 12, true, 2, 1 << 10, 2}, 0},  // spill, shared B
+      {256, 200, 3 * 96, GemmTuning{}, 96},  // tokens: 3 sequences of 96
+      {40, 40, 40, GemmTuning{}, 0}};        // one panel, one tile
+  std::uint64_t s = 5;
+  for (const Case& c : cases) {
+    set_gemm_tuning(c.tuning);
+    for (const Isa isa : supported_isas())
+      for (const int threads : {1, 2})
+        for (const GemmImpl impl : {GemmImpl::canonical, GemmImpl::chain}) {
+          const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+          KernelCtx ctx{isa, threads, 16};
+          ctx.sequence = c.sequence;
+          const std::vector<GemmScratch> need = gemm_scratch(ctx, impl, ta, tb, c.M, c.N, c.K);
+          std::int64_t want = 0;
+          for (const GemmScratch& g : need) want += 4 * g.floats();
+          const Problem p = make_problem(ta, tb, c.M, c.N, c.K, 0, splitmix64(s), Fill::normal);
+          std::int64_t grew = -1, after = -1;
+          const std::int64_t before = gemm_scratch_held_bytes();
+          std::thread([&] {
+            run(ctx, impl, p);
+            grew = gemm_scratch_held_bytes() - before;
+            run(ctx, impl, p);  // grow-only: the same call again takes nothing more
+            after = gemm_scratch_held_bytes() - before;
+          }).join();
+          INFO(isa_name(isa) << " threads=" << threads << " " << gemm_impl_name(impl) << " "
+                             << tname(ta) << tname(tb) << " " << c.M << "x" << c.N << "x" << c.K);
+          CHECK(need.size() == static_cast<std::size_t>(threads));
+          CHECK(grew == want);
+          CHECK(after == want);
+          // The thread's buffers went with it; its OpenMP workers end (and free theirs) soon
+          // after it, not with it.
+          for (int i = 0; i < 500 && gemm_scratch_held_bytes() != before; ++i)
+            std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          CHECK(gemm_scratch_held_bytes() == before);
+        }
+  }
+  CHECK(gemm_scratch(KernelCtx{Isa::scalar, 1, 16}, GemmImpl::openblas, Trans::N, Trans::N, 8,
+                     8, 8)
+            .empty());
 }
 
 // A read in place (GemmTuning::a_in_place, runtime/gemm_kernel.hpp rows_spread): with A on a

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "model/gpt.hpp"
@@ -272,10 +273,17 @@ TEST_CASE("GPT: stage_footprint counts what the model allocates") {
       for (const std::int64_t mb : {1, 3}) {
         const ModelConfig cfg = tiny_model_config(dropout, bias);
         const Batch b = make_batch(cfg, mb, kBatch);
-        Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
+        const KernelCtx ctx = KernelCtx::best(1, 16);
+        Gpt m(cfg, nullptr, Determinism::invariant, ctx);
         m.init(1);
-        m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), mb, 0, 0.01f);
-        const StageFootprint f = stage_footprint(cfg, 1, m.stage(), mb, 1);
+        // In a fresh thread, whose GEMM buffers start empty: what the step's GEMMs make them.
+        std::int64_t gemm_bytes = 0;
+        std::thread([&] {
+          const std::int64_t before = gemm_scratch_held_bytes();
+          m.forward_backward(b.tokens.data(), b.labels.data(), b.seq_ids.data(), mb, 0, 0.01f);
+          gemm_bytes = gemm_scratch_held_bytes() - before;
+        }).join();
+        const StageFootprint f = stage_footprint(cfg, 1, m.stage(), mb, ctx, GemmImpl::canonical);
         std::int64_t params = 0, grads = 0;
         for (std::size_t i = 0; i < m.params().size(); ++i) {
           params += m.params()[i].numel();
@@ -285,6 +293,7 @@ TEST_CASE("GPT: stage_footprint counts what the model allocates") {
         CHECK(f.param_floats == params);
         CHECK(f.grad_floats == grads);
         CHECK(f.forward_state_bytes == m.forward_state_bytes());
+        CHECK(f.gemm_scratch_bytes == gemm_bytes);
       }
 }
 
