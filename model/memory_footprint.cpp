@@ -23,6 +23,7 @@ std::int64_t layer_bytes(std::int64_t T, std::int64_t d, std::int64_t dl, std::i
   if (dropout) b += (2 * kF + 1) * probs + 2 * T * d;
   return b;
 }
+
 // Each thread's GEMM buffers at their largest over the calls made (runtime/gemm.hpp).
 class GemmScratchMax {
  public:
