@@ -208,6 +208,16 @@ void set_gemm_tuning(const GemmTuning& t) {
   gemm_detail::g_tuning = t;
 }
 
+namespace {
+// A call's arguments for the drivers (its K plan set apart: gemm_detail::cached_plan).
+gemm_detail::GemmArgs gemm_args(const KernelCtx& ctx, Trans ta, Trans tb, std::int64_t M,
+                                std::int64_t N, std::int64_t K, const float* A, std::int64_t lda,
+                                const float* B, std::int64_t ldb, float* C, std::int64_t ldc) {
+  return {ta, tb, M, N, K, A, lda, B, ldb, C, ldc, ctx.threads, ctx.reduce_block, ctx.tree,
+          ctx.sequence, nullptr};
+}
+}  // namespace
+
 void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t M, std::int64_t N,
           std::int64_t K, const float* A, std::int64_t lda, const float* B, std::int64_t ldb,
           float* C, std::int64_t ldc) {
@@ -238,9 +248,7 @@ void gemm(const KernelCtx& ctx, GemmImpl impl, Trans ta, Trans tb, std::int64_t 
   }
   if (empty) return;
 
-  gemm_detail::GemmArgs g{ta,         tb,          M,  N,   K,   A,          lda,         B,
-                          ldb,        C,           ldc, ctx.threads, ctx.reduce_block, ctx.tree,
-                          ctx.sequence, nullptr};
+  gemm_detail::GemmArgs g = gemm_args(ctx, ta, tb, M, N, K, A, lda, B, ldb, C, ldc);
   const GemmTuning& t = gemm_detail::g_tuning;
   using namespace gemm_detail;
   if (impl == GemmImpl::canonical || impl == GemmImpl::chain)
@@ -277,10 +285,7 @@ std::vector<GemmScratch> gemm_scratch(const KernelCtx& ctx, GemmImpl impl, Trans
   const bool canon = impl == GemmImpl::canonical;
   if ((!canon && impl != GemmImpl::chain) || M <= 0 || N <= 0 || K <= 0) return {};
   const std::int64_t lda = ta == Trans::N ? K : M, ldb = tb == Trans::N ? N : K;
-  gemm_detail::GemmArgs g{ta,      tb,          M,  N,           K,
-                          nullptr, lda,         nullptr, ldb,    nullptr,
-                          N,       ctx.threads, ctx.reduce_block, ctx.tree, ctx.sequence,
-                          nullptr};
+  gemm_detail::GemmArgs g = gemm_args(ctx, ta, tb, M, N, K, nullptr, lda, nullptr, ldb, nullptr, N);
   const GemmTuning& t = gemm_detail::g_tuning;
   g.kplan = &gemm_detail::cached_plan(g, t, canon, ctx.isa);
   switch (ctx.isa) {

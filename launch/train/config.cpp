@@ -385,6 +385,11 @@ LrScheduleConfig lr_schedule(const Config& cfg) {
   return s;
 }
 
+KernelCtx kernel_ctx(const Config& cfg, int threads) {
+  return KernelCtx{resolve_isa(cfg.run.isa), threads, static_cast<int>(cfg.numerics.reduce_block),
+                   cfg.numerics.tree};
+}
+
 // ---- the pipeline's layer split -------------------------------------------------------------
 
 StageLayers StageLayers::parse(const std::string& text, const std::string& what) {

@@ -185,6 +185,9 @@ std::string value_text(const Config& cfg, const KeyInfo& key);
 // The learning-rate schedule of this run (optim's schedule, total_steps = run.steps).
 LrScheduleConfig lr_schedule(const Config& cfg);
 
+// A rank's kernels: run.isa resolved on this CPU, `threads`, numerics.reduce_block and tree.
+KernelCtx kernel_ctx(const Config& cfg, int threads);
+
 // The valid key closest to `name` by edit distance.
 std::string nearest_key(const std::string& name);
 

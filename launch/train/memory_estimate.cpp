@@ -10,7 +10,6 @@
 #include "parallel/pipeline_schedule.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/gemm.hpp"
-#include "runtime/isa.hpp"
 #include "runtime/text.hpp"
 
 namespace lockstep::config {
@@ -48,8 +47,7 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   const std::int64_t zdp = c.parallel.zero ? dp : 1;
   const std::int64_t mb = std::min(c.parallel.microbatch, c.data.global_batch / dp);
   const PipelineStage stage = PipelineStage::of(c.model, pp, s, c.parallel.pp_layers.counts);
-  const KernelCtx ctx{resolve_isa(c.run.isa), rank_threads(c, world_size),
-                      static_cast<int>(c.numerics.reduce_block), c.numerics.tree};
+  const KernelCtx ctx = kernel_ctx(c, rank_threads(c, world_size));
   const StageFootprint f =
       stage_footprint(c.model, tp, stage, mb, ctx, gemm_impl_for(c.run.determinism, ctx.isa));
   const std::int64_t W = f.param_floats, G = f.grad_floats;

@@ -41,8 +41,7 @@ bool all_finite(const float* x, std::int64_t n) {
 TrainJob::TrainJob(const config::Config& cfg, Context& mpi)
     : cfg_(cfg),
       world_(mpi.world()),
-      kctx_{resolve_isa(cfg.run.isa), static_cast<int>(cfg.run.threads),
-            static_cast<int>(cfg.numerics.reduce_block), cfg.numerics.tree},
+      kctx_(config::kernel_ctx(cfg, static_cast<int>(cfg.run.threads))),
       grid_(Grid::create(mpi.world(), static_cast<int>(cfg.parallel.tp),
                          static_cast<int>(cfg.parallel.pp))),
       schedule_(config::lr_schedule(cfg)) {
