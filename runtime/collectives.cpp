@@ -118,10 +118,13 @@ std::size_t piece_elems(const TreeOptions& o, std::size_t n) {
                                  kMaxCount);
 }
 
+// exchange_fold's two receive pieces for a collective over n elements.
+std::size_t fold_scratch(std::size_t n, std::size_t piece) { return 2 * std::min(n, piece); }
+
 // Recursive doubling on the whole buffer, distance 1, 2, 4, ...
 void doubling(const Communicator& comm, std::span<float> buf, const TreeOptions& o) {
   const std::size_t piece = piece_elems(o, buf.size());
-  float* tmp = comm.scratch(2 * std::min(piece, buf.size()));
+  float* tmp = comm.scratch(fold_scratch(buf.size(), piece));
   const int r = comm.rank();
   for (int d = 1; d < comm.size(); d <<= 1) {
     const int partner = r ^ d;
@@ -250,7 +253,7 @@ void tree_allreduce(const Communicator& comm, std::span<float> buf, TreeAlgorith
   }
   const auto bound = balanced_bounds(n, P);
   const std::size_t piece = piece_elems(options, n);
-  const auto kept = halving(comm, buf.data(), bound, comm.scratch(2 * std::min(n, piece)), piece);
+  const auto kept = halving(comm, buf.data(), bound, comm.scratch(fold_scratch(n, piece)), piece);
   gather_back(comm, buf.data(), bound, kept);
 }
 
@@ -278,7 +281,7 @@ void tree_reduce_scatter(const Communicator& comm, std::span<const float> send,
   // s", and rank r ends at position bit_reverse(r) holding segment r.
   const int L = log2_exact(P);
   const std::size_t piece = piece_elems(options, send.size());
-  float* work = comm.scratch(send.size() + 2 * std::min(send.size(), piece));
+  float* work = comm.scratch(send.size() + fold_scratch(send.size(), piece));
   for (int q = 0; q < P; ++q) {
     const float* src = send.data() + m * static_cast<std::size_t>(bit_reverse(q, L));
     std::copy(src, src + m, work + m * static_cast<std::size_t>(q));
@@ -286,6 +289,16 @@ void tree_reduce_scatter(const Communicator& comm, std::span<const float> send,
   halving(comm, work, bound, work + send.size(), piece);
   const float* mine = work + m * static_cast<std::size_t>(bit_reverse(comm.rank(), L));
   std::copy(mine, mine + m, recv.begin());
+}
+
+std::size_t tree_allreduce_scratch(int P, std::size_t n, const TreeOptions& options) {
+  if (P <= 1 || (P & (P - 1)) != 0 || n == 0) return 0;
+  return fold_scratch(n, piece_elems(options, n));  // doubling and halving alike
+}
+
+std::size_t tree_reduce_scatter_scratch(int P, std::size_t n, const TreeOptions& options) {
+  if (P <= 1 || (P & (P - 1)) != 0) return 0;
+  return n + fold_scratch(n, piece_elems(options, n));  // the work copy, then halving's pieces
 }
 
 void allgather(const Communicator& comm, std::span<const float> mine, std::span<float> all) {

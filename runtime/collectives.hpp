@@ -67,6 +67,13 @@ void tree_allreduce(const Communicator& comm, std::span<float> buf,
 void tree_reduce_scatter(const Communicator& comm, std::span<const float> send,
                          std::span<float> recv, const TreeOptions& options = {});
 
+// The floats of comm.scratch() (the communicator's grow-only buffer, runtime/comm.hpp) that one
+// tree_allreduce / tree_reduce_scatter of n floats (send's length) over P ranks needs: what a
+// job's memory estimate counts (launch/train/memory_estimate.cpp). Non-power-of-two P uses
+// buffers of its own call instead (freed when it returns): 0.
+std::size_t tree_allreduce_scratch(int P, std::size_t n, const TreeOptions& options = {});
+std::size_t tree_reduce_scatter_scratch(int P, std::size_t n, const TreeOptions& options = {});
+
 // ---- exact data movement ---------------------------------------------------------------
 
 // all = concatenation of every rank's `mine` in rank order (all.size() == P * mine.size()).

@@ -67,6 +67,8 @@ class Communicator {
   float* scratch(std::size_t n) const;
   // Frees the scratch memory.
   void release_scratch() const { std::vector<float>().swap(scratch_); }
+  // The floats the scratch memory holds now (the largest n asked for since its release).
+  std::size_t scratch_floats() const { return scratch_.size(); }
 
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;

@@ -8,6 +8,7 @@
 #include "model/pipeline_stage.hpp"
 #include "parallel/microbatch_plan.hpp"
 #include "parallel/pipeline_schedule.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/csum.hpp"
 #include "runtime/gemm.hpp"
 #include "runtime/text.hpp"
@@ -33,6 +34,23 @@ std::int64_t combiner_levels(const Config& c, std::int64_t dp) {
   std::vector<std::int64_t> widths;
   for (const Microbatch& mb : plan.passes) widths.push_back(mb.width);
   return TreeCombiner::peak_levels(plan.tree, plan.leaves, widths);
+}
+
+// The collectives' grow-only scratch (runtime/collectives.hpp), one buffer per communicator, in
+// invariant mode (the other modes call MPI's reductions, whose buffers are Open MPI's): the DP
+// group's for the step's gradient of G floats (an allreduce, or ZeRO's reduce-scatter of the
+// flat buffer, G padded by at most a float per parameter and rank) and the TP group's for its
+// largest allreduce, a microbatch's tokens x d_model (row-parallel outputs, their input
+// gradients, the vocab-parallel embedding).
+std::int64_t collective_scratch_floats(const Config& c, std::int64_t dp, int tp, std::int64_t mb,
+                                       std::int64_t G) {
+  if (c.run.determinism != Determinism::invariant) return 0;
+  const auto g = static_cast<std::size_t>(G);
+  const std::size_t dp_floats = c.parallel.zero
+                                    ? tree_reduce_scatter_scratch(static_cast<int>(dp), g)
+                                    : tree_allreduce_scratch(static_cast<int>(dp), g);
+  const auto acts = static_cast<std::size_t>(mb * c.model.context * c.model.d_model);
+  return static_cast<std::int64_t>(dp_floats + tree_allreduce_scratch(tp, acts));
 }
 
 // Stage s's ranks (launch/train/grad_sync.cpp, parallel/dp_grad.hpp). Gradients: the model's
@@ -64,7 +82,8 @@ StageMemory stage_memory(const Config& c, int world_size, int s, std::int64_t m)
   r.slots = pp > 1 ? pipeline_slots(c.parallel.schedule, pp, s, m) : 1;
   r.microbatch_bytes = f.forward_state_bytes;
   r.activations = r.slots * f.forward_state_bytes;
-  r.scratch = f.backward_scratch_bytes + f.gemm_scratch_bytes;
+  r.scratch = f.backward_scratch_bytes + f.gemm_scratch_bytes +
+              kF * collective_scratch_floats(c, dp, tp, mb, G);
   return r;
 }
 

@@ -4,9 +4,10 @@
 // ZeRO, and the microbatch combiner), AdamW moments (divided over DP with ZeRO-1, with its
 // allgather buffers), activations (the forward state of one microbatch, model/memory_footprint.hpp,
 // times the microbatches the schedule keeps in flight on that stage) and scratch (the backward's,
-// and the GEMMs' per-thread buffers at their largest over the stage's GEMMs).
-// Not counted: the process itself (binary, libraries, Open MPI, allocator; kProcessBytes), the
-// collectives' scratch and the data loader's token buffers.
+// the GEMMs' per-thread buffers at their largest over the stage's GEMMs, and the DP and TP
+// groups' tree-collective buffers in invariant mode).
+// Not counted: the process itself (binary, libraries, Open MPI and its buffers, the allocator;
+// kProcessBytes) and the data loader's token buffers.
 // Determinism contract: none needed (bookkeeping; nothing here touches a value).
 #pragma once
 

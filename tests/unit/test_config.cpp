@@ -9,6 +9,7 @@
 #include "launch/train/validate.hpp"
 #include "model/memory_footprint.hpp"
 #include "model/pipeline_stage.hpp"
+#include "runtime/collectives.hpp"
 #include "runtime/error.hpp"
 #include "runtime/text.hpp"
 
@@ -412,6 +413,28 @@ TEST_CASE("memory estimate: the combiner's partial sums are its deepest stack, n
   CHECK(grads(12, 1) == 3 * level + group);
   apply_override(c, "parallel.zero=true");  // ZeRO copies: the terms, a flat copy, the levels
   CHECK(grads(4, 2) == level + (level + level / 2) + level);
+}
+
+TEST_CASE("memory estimate: the DP group's tree-collective scratch, in invariant mode only") {
+  Config c = tiny();
+  apply_override(c, "run.threads=1");
+  apply_override(c, "parallel.microbatch=1");  // one sequence a pass at DP 1 and 2 alike
+  const std::int64_t G = stage_footprint(c.model, 1, PipelineStage::of(c.model, 1, 0), 1,
+                                         KernelCtx::best(1, 16), GemmImpl::canonical)
+                             .grad_floats;
+  auto scratch = [&](int ranks) { return memory_estimate(c, ranks).at(0).scratch; };
+  const auto g = static_cast<std::size_t>(G);
+  CHECK(scratch(2) - scratch(1) == 4 * static_cast<std::int64_t>(tree_allreduce_scratch(2, g)));
+  CHECK(scratch(4) - scratch(1) == 4 * static_cast<std::int64_t>(tree_allreduce_scratch(4, g)));
+  CHECK(tree_allreduce_scratch(2, g) > 0);
+  apply_override(c, "parallel.zero=true");  // the reduce-scatter's work copy and its pieces
+  CHECK(scratch(2) - scratch(1) ==
+        4 * static_cast<std::int64_t>(tree_reduce_scatter_scratch(2, g)));
+  CHECK(tree_reduce_scatter_scratch(2, g) > g);
+  apply_override(c, "run.determinism=deterministic");  // MPI's reductions: Open MPI's buffers
+  CHECK(scratch(2) == scratch(1));
+  apply_override(c, "parallel.zero=false");
+  CHECK(scratch(2) == scratch(1));
 }
 
 TEST_CASE("parallel.pp_layers: TOML array or comma list, checked against pp and layers") {
