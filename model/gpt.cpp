@@ -93,19 +93,35 @@ Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx c
                                stage_layers)),
       impl_(std::make_unique<Impl>()) {
   validate_model_config(cfg_, tp_.size());
+  // The gradient terms are views into one block, each on a 64-byte line. A trainer that keeps
+  // them elsewhere (launch/train/grad_sync.hpp points them into its reducer's buffer) then
+  // leaves the block untouched: its pages, zero until written, never become resident, where
+  // one small tensor per term, freed, would stay resident among the parameters in the heap.
+  std::int64_t grad_floats = 0;
+  for (std::size_t i = 0; i < table_.size(); ++i) {
+    if (!stage_.holds(table_[i])) continue;
+    const std::int64_t n = shape_numel(table_[i].shard(tp_.size(), tp_.rank()).local_shape());
+    grad_floats += static_cast<std::int64_t>(table_[i].terms.size()) * ((n + 15) / 16 * 16);
+  }
+  grad_block_ = Tensor::zeros(DType::f32, {grad_floats}, "grad");
+  std::int64_t at = 0;
   for (std::size_t i = 0; i < table_.size(); ++i) {
     const ParamSpec& s = table_[i];
     const ShardDesc sd = s.shard(tp_.size(), tp_.rank());
     // A parameter of another pipeline stage has no storage here (empty tensors).
     const bool held = stage_.holds(s);
-    auto local = [&](std::string name) {
-      Tensor t = Tensor::zeros(DType::f32, held ? sd.local_shape() : Shape{0}, std::move(name));
-      if (held) t.set_shard(sd);
-      return t;
-    };
-    params_.push_back(local(s.name));
+    const Shape shape = held ? sd.local_shape() : Shape{0};
+    Tensor param = Tensor::zeros(DType::f32, shape, s.name);
+    if (held) param.set_shard(sd);
+    params_.push_back(std::move(param));
     std::vector<Tensor> terms;
-    for (const std::string& tn : s.terms) terms.push_back(local("grad/" + s.name + "/" + tn));
+    for (const std::string& tn : s.terms) {
+      Tensor t = Tensor::view(grad_block_.data<float>() + at, DType::f32, shape, {},
+                              "grad/" + s.name + "/" + tn);
+      if (held) t.set_shard(sd);
+      at += (shape_numel(shape) + 15) / 16 * 16;
+      terms.push_back(std::move(t));
+    }
     grads_.push_back(std::move(terms));
   }
   auto idx = [&](const std::string& n) {

@@ -216,6 +216,7 @@ class Gpt {
   PipelineStage stage_;
   std::uint64_t seed_ = 0;
   std::vector<Tensor> params_;
+  Tensor grad_block_;  // the gradient terms' own storage (views into it), see the constructor
   GradTerms grads_;
   std::function<void(int)> grads_ready_;
   std::unique_ptr<Impl> impl_;

@@ -214,6 +214,26 @@ TEST_CASE("GPT: gradients are overwritten per call, and another step changes dro
   CHECK(c != a);
 }
 
+TEST_CASE("GPT: gradient terms are disjoint 64-byte-aligned views into one block") {
+  // One block (never touched where a trainer moves the terms elsewhere: gpt.cpp), each term on
+  // its own cache lines, in table order, so vector loads stay aligned as with own tensors.
+  const ModelConfig cfg = tiny_model_config(0.0f, true);
+  Gpt m(cfg, nullptr, Determinism::invariant, KernelCtx::best(1, 16));
+  const float* next = nullptr;
+  std::int64_t terms = 0;
+  for (const auto& param_terms : m.grads())
+    for (const Tensor& t : param_terms) {
+      INFO(t.describe());
+      CHECK_FALSE(t.owns_storage());
+      const float* p = t.data<float>();
+      CHECK(reinterpret_cast<std::uintptr_t>(p) % 64 == 0);
+      if (next) CHECK(p == next);  // right after the previous term, rounded up to 16 floats
+      next = p + (t.numel() + 15) / 16 * 16;
+      ++terms;
+    }
+  CHECK(terms > static_cast<std::int64_t>(m.params().size()));  // the tied embedding: 2 terms
+}
+
 TEST_CASE("GPT: fused attention kernels and recomputed probabilities == the GEMM path") {
   // AVX-512 takes model/kernels/attn_gemm.hpp's kernels (and, without dropout, recomputes each
   // head's probabilities in the backward); the scalar path runs CausalGemms' GEMMs on stored
