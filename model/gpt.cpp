@@ -97,11 +97,12 @@ Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx c
   // them elsewhere (launch/train/grad_sync.hpp points them into its reducer's buffer) then
   // leaves the block untouched: its pages, zero until written, never become resident, where
   // one small tensor per term, freed, would stay resident among the parameters in the heap.
+  const auto lines = [](std::int64_t n) { return (n + 15) / 16 * 16; };  // a term's floats
   std::int64_t grad_floats = 0;
   for (std::size_t i = 0; i < table_.size(); ++i) {
     if (!stage_.holds(table_[i])) continue;
     const std::int64_t n = shape_numel(table_[i].shard(tp_.size(), tp_.rank()).local_shape());
-    grad_floats += static_cast<std::int64_t>(table_[i].terms.size()) * ((n + 15) / 16 * 16);
+    grad_floats += static_cast<std::int64_t>(table_[i].terms.size()) * lines(n);
   }
   grad_block_ = Tensor::zeros(DType::f32, {grad_floats}, "grad");
   std::int64_t at = 0;
@@ -119,7 +120,7 @@ Gpt::Gpt(const ModelConfig& cfg, const Grid* grid, Determinism mode, KernelCtx c
       Tensor t = Tensor::view(grad_block_.data<float>() + at, DType::f32, shape, {},
                               "grad/" + s.name + "/" + tn);
       if (held) t.set_shard(sd);
-      at += (shape_numel(shape) + 15) / 16 * 16;
+      at += lines(shape_numel(shape));
       terms.push_back(std::move(t));
     }
     grads_.push_back(std::move(terms));
