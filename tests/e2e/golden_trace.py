@@ -1,10 +1,10 @@
 """The pinned bits: a few fixed one-process jobs whose trace.jsonl (loss, gradient norm and
 learning rate bits, the fingerprint of every state tensor, the step digest) must equal, byte
 for byte, tests/e2e/golden/<job>/trace.jsonl as committed, on every host, every ISA path this
-CPU has, and every commit. train_layouts.py and train_shapes.py prove that every layout equals its 1x1
-run; this test pins the 1x1 runs themselves, so a change of bits anywhere (a kernel, the tree,
-the data, the RNG, a compiler or host that rounds differently) fails CI instead of waiting for
-someone to run tests/bits/compare.sh.
+CPU has, and every commit. train_layouts.py and train_shapes.py prove that every layout
+equals its 1x1 run; this test pins the 1x1 runs themselves, so a change of bits anywhere (a
+kernel, the tree, the data, the RNG, a compiler or host that rounds differently) fails CI
+instead of waiting for someone to run tests/bits/compare.sh.
 
 Bits may change only with a new, versioned contract (docs/design.md section 2): then rerun
 with --update, commit the new files and say in the commit message why they changed.
