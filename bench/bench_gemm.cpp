@@ -4,8 +4,9 @@
 // 192 blocks (the gpt2 shapes). Token-axis shapes (weight gradients over whole sequences)
 // carry "seq" (the sequence length the halving tree restarts its leaves at).
 // Prints one JSON object per line:
-//   {"bench":"gemm","impl","tree","seq","m","n","k","ta","tb","threads","isa","block","reps","gflops",
-//    "gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
+//   {"bench":"gemm","impl","tree","seq","m","n","k","ta","tb","threads","isa","avx512_rows",
+//    "block","reps","gflops","gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
+// (avx512_rows: the AVX-512 register tile's rows the impl ran with, where the ISA is avx512)
 // gflops is the median over --reps trials (gflops_min/max its spread); each trial times
 // back-to-back calls for at least --min-time seconds. Impls are interleaved per trial, so
 // all impls of one shape see the same machine noise; compare ratios within one run.
@@ -47,12 +48,13 @@ struct GemmShape {
 // width, "@mcN" the A block height, "@resN" the B-resident limit N floats (0: Goto order
 // only), "@cpN" the C prefetch distance in kernel calls (0: off), "@spillN" the slot floats
 // past which canonical takes the B-resident order for larger blocks (0: never), "@sbN" how
-// threads splitting M get op(B) (GemmTuning::shared_b); suffixes chain (canonical@nc256@mc96).
+// threads splitting M get op(B) (GemmTuning::shared_b), "@mrN" the AVX-512 register tile's
+// rows (8: 8 x 48, 12: 12 x 32; GemmTuning::avx512_rows); suffixes chain (canonical@nc256@mc96).
 // Tuning overrides, from the command line or an impl's suffixes: 0 (kc, nc, mc) or -1
-// (resident, c_prefetch, spill, shared_b) = keep the run's value.
+// (resident, c_prefetch, spill, shared_b, mr) = keep the run's value.
 struct TuningOverrides {
   std::int64_t kc = 0, nc = 0, mc = 0, resident = -1, c_prefetch = -1, spill = -1;
-  int shared_b = -1;
+  int shared_b = -1, mr = -1;
   GemmTuning apply(GemmTuning t) const {
     if (kc > 0) t.kc_target = kc;
     if (nc > 0) t.nc = nc;
@@ -61,6 +63,7 @@ struct TuningOverrides {
     if (c_prefetch >= 0) t.c_prefetch = c_prefetch;
     if (spill >= 0) t.slot_spill_floats = spill;
     if (shared_b >= 0) t.shared_b = shared_b;
+    if (mr >= 0) t.avx512_rows = mr;
     return t;
   }
 };
@@ -96,12 +99,14 @@ BenchImpl parse_bench_impl(const std::string& name) {
       bi.tuning.spill = value(5);
     else if (opt.rfind("sb", 0) == 0)
       bi.tuning.shared_b = static_cast<int>(value(2));
+    else if (opt.rfind("mr", 0) == 0)
+      bi.tuning.mr = static_cast<int>(value(2));
     else
       fail("bench_gemm: unknown tuning suffix '@" + opt + "' in '" + name + "'",
            "use @kcN (K panel target), @ncN (B panel width), @mcN (A block height), @resN "
            "(B-resident limit in floats), @cpN (C prefetch distance), @spillN (slot floats "
-           "past which canonical takes the B-resident order for larger blocks) or @sbN (0, 1, "
-           "2: how threads splitting M get op(B))");
+           "past which canonical takes the B-resident order for larger blocks), @sbN (0, 1, "
+           "2: how threads splitting M get op(B)) or @mrN (8 or 12: the AVX-512 tile's rows)");
     return bi;
   }
   if (name == "canonical-pow2") return {name, GemmImpl::canonical, TreeShape::pow2, {}};
@@ -220,6 +225,10 @@ int main(int argc, char** argv) {
                  "override how threads splitting M get op(B): 0 each packs its own, 1 shared "
                  "where row blocks are dealt, 2 always shared")
       ->check(CLI::Range(0, 2));
+  app.add_option("--mr", cli_tuning.mr,
+                 "override the AVX-512 register tile's rows: 8 (8 x 48) or 12 (12 x 32); "
+                 "default by CPU (8 on Intel, 12 elsewhere)")
+      ->check(CLI::IsMember({8, 12}));
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
                  "1: read A rows in place where they spread over L1 (default); 0: always copy")
@@ -333,7 +342,7 @@ int main(int argc, char** argv) {
               "{\"bench\":\"gemm\",\"impl\":\"%s\",\"tree\":\"%s\",\"seq\":%lld,"
               "\"shape\":\"%s\",\"m\":%lld,\"n\":%lld,"
               "\"k\":%lld,\"ta\":\"%s\",\"tb\":\"%s\",\"lda\":%lld,\"ldc\":%lld,"
-              "\"threads\":%d,\"isa\":\"%s\","
+              "\"threads\":%d,\"isa\":\"%s\",\"avx512_rows\":%d,"
               "\"block\":%d,\"reps\":%d,\"gflops\":%.2f,\"gflops_min\":%.2f,"
               "\"gflops_max\":%.2f,\"seconds\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
               "\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
@@ -341,9 +350,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(sh.seq), sh.name.c_str(), static_cast<long long>(sh.m),
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
               sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T",
-              static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa), block,
-              reps, flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi,
-              core.c_str(), clock_s.c_str());
+              static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa),
+              avx512_tile_rows(impls[i].tuning.apply(tun)), block, reps, flop / med * 1e-9,
+              flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, core.c_str(), clock_s.c_str());
           std::fflush(stdout);
         }
       }

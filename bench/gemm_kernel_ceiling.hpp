@@ -10,8 +10,9 @@ namespace lockstep::bench {
 struct KernelCeilingCase {
   std::int64_t kl = 384;    // K panel length (a multiple of block)
   std::int64_t block = 64;  // leaf length (reduce_block)
-  int a_tiles = 1;          // A micro-panels (12 rows x kl each) swept in turn
-  int b_tiles = 1;          // B micro-panels (kl x 32 each) per A micro-panel
+  int mr = 12;              // the register tile: 12 (12 x 32) or 8 (8 x 48)
+  int a_tiles = 1;          // A micro-panels (mr rows x kl each) swept in turn
+  int b_tiles = 1;          // B micro-panels (kl x 32 or kl x 48 each) per A micro-panel
   bool canonical = true;    // canon_panel (leaves + merges) or chain_panel
   double min_time = 0.1;    // seconds per trial
   int reps = 5;             // trials

@@ -1,13 +1,13 @@
 // The timing loops of bench_gemm_kernel (bench/bench_gemm_kernel.cpp), compiled with the AVX-512
 // flags (bench/CMakeLists.txt) and called only after the caller has checked that the CPU has
-// AVX-512. They run the AVX-512 micro-kernel of runtime/gemm_kernel.hpp (12 x 32 register
-// tile) on packed operands that never leave the cache: no packing, no source reads, no C or
-// slot traffic beyond one tile per call. Timing only; the values computed are discarded.
-// No standard container or algorithm is instantiated here (buffers are this file's own, the
-// trial figures go to the caller's array, which sorts them): such an instantiation, compiled
-// with AVX-512 flags, could be the copy the linker keeps for the whole executable, which also
-// runs on CPUs without AVX-512 up to the caller's check (the care runtime/gemm_kernel_avx512.cpp
-// takes with std::string).
+// AVX-512. They run the AVX-512 micro-kernel of runtime/gemm_kernel.hpp (the 12 x 32 or the
+// 8 x 48 register tile) on packed operands that never leave the cache: no packing, no source reads,
+// no C or slot traffic beyond one tile per call. Timing only; the values computed are discarded. No
+// standard container or algorithm is instantiated here (buffers are this file's own, the trial
+// figures go to the caller's array, which sorts them): such an instantiation, compiled with AVX-512
+// flags, could be the copy the linker keeps for the whole executable, which also runs on CPUs
+// without AVX-512 up to the caller's check (the care runtime/gemm_kernel_avx512.cpp takes with
+// std::string).
 #include "bench/gemm_kernel_ceiling.hpp"
 
 #include <bit>
@@ -22,8 +22,6 @@ namespace lockstep::bench {
 namespace {
 
 using gemm_detail::Kernel;
-using Kern = Kernel<simd::Avx512, 12, 2>;
-using APackedKR = Kern::APacked<1, Kern::MR>;  // step k's MR values contiguous
 
 // n values, 64-byte aligned (internal linkage: this file's own instantiations).
 template <class T>
@@ -44,9 +42,9 @@ struct Operand : Buffer<float> {
   }
 };
 
-}  // namespace
-
-void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops) {
+template <class Kern>
+void ceiling(const KernelCeilingCase& c, double* gflops) {
+  using APackedKR = typename Kern::template APacked<1, Kern::MR>;  // step k's MR values together
   const std::int64_t kl = c.kl, leaves = kl / c.block;
   const std::int64_t a_stride = Kern::MR * kl + 16, b_stride = kl * Kern::NR;
   Operand a(static_cast<std::size_t>(c.a_tiles * a_stride));
@@ -70,12 +68,12 @@ void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops) {
         const float* bp = b.p + jt * b_stride;
         float* tile = cbuf.p + (it * c.b_tiles + jt) * Kern::TILE;
         if (c.canonical)
-          Kern::canon_panel<APackedKR>(static_cast<int>(leaves), len.p, merges.p, ap, 0,
-                                       bp, stack.p + 256, nullptr, 0, tile, tile, Kern::NR,
-                                       Kern::MR, Kern::NR, nullptr);
+          Kern::template canon_panel<APackedKR>(static_cast<int>(leaves), len.p, merges.p, ap, 0,
+                                                bp, stack.p + 256, nullptr, 0, tile, tile, Kern::NR,
+                                                Kern::MR, Kern::NR, nullptr);
         else
-          Kern::chain_panel<APackedKR>(kl, ap, 0, bp, false, tile, Kern::NR, Kern::MR, Kern::NR,
-                                       nullptr);
+          Kern::template chain_panel<APackedKR>(kl, ap, 0, bp, false, tile, Kern::NR, Kern::MR,
+                                                Kern::NR, nullptr);
       }
   };
   const double flop = 2.0 * Kern::MR * Kern::NR * static_cast<double>(kl) * c.a_tiles * c.b_tiles;
@@ -92,6 +90,15 @@ void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops) {
     const double sec = std::chrono::duration<double>(Clock::now() - s0).count();
     gflops[r] = flop * static_cast<double>(sweeps) / sec * 1e-9;
   }
+}
+
+}  // namespace
+
+void kernel_ceiling_avx512(const KernelCeilingCase& c, double* gflops) {
+  if (c.mr == 8)
+    ceiling<Kernel<simd::Avx512, 8, 3>>(c, gflops);
+  else
+    ceiling<Kernel<simd::Avx512, 12, 2>>(c, gflops);
 }
 
 }  // namespace lockstep::bench

@@ -183,11 +183,11 @@ GemmTuning gemm_tuning() {
 std::int64_t gemm_row_stride(std::int64_t cols) {
   check(cols >= 1, "gemm_row_stride: cols " + std::to_string(cols) + " must be positive",
         "pass the matrix's column count");
-  constexpr int kMr = 12;  // the AVX-512 kernel's row tile (gemm_kernel_avx512.cpp)
+  const int mr = avx512_tile_rows(gemm_detail::g_tuning);  // the AVX-512 kernel's row tile
   const std::int64_t kl = std::min(cols, gemm_detail::g_tuning.kc_target);
   const std::int64_t ld0 = (cols + 15) / 16 * 16;
   for (std::int64_t ld = ld0; ld <= ld0 + 1024; ld += 16)
-    if (gemm_detail::rows_spread_l1(0, ld, kMr, 64 * kMr, kl)) return ld;
+    if (gemm_detail::rows_spread_l1(0, ld, mr, 64 * mr, kl)) return ld;
   return cols;
 }
 void set_gemm_tuning(const GemmTuning& t) {
@@ -205,7 +205,15 @@ void set_gemm_tuning(const GemmTuning& t) {
         "GEMM tuning shared_b=" + std::to_string(t.shared_b) + " is not 0, 1 or 2",
         "pass 0 (each thread packs its own op(B)), 1 (shared where row blocks are dealt) or 2 "
         "(always shared)");
+  check(t.avx512_rows == 0 || t.avx512_rows == 8 || t.avx512_rows == 12,
+        "GEMM tuning avx512_rows=" + std::to_string(t.avx512_rows) + " is not 0, 8 or 12",
+        "pass 12 (the 12 x 32 tile), 8 (8 x 48) or 0 (by CPU: 8 on Intel, 12 elsewhere)");
   gemm_detail::g_tuning = t;
+}
+
+int avx512_tile_rows(const GemmTuning& t) {
+  if (t.avx512_rows != 0) return t.avx512_rows;
+  return cpu_vendor() == CpuVendor::intel ? 8 : 12;
 }
 
 namespace {

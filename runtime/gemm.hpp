@@ -122,9 +122,20 @@ struct GemmTuning {
   // its row blocks out (one K panel, or the B-resident order), elsewhere each thread packs
   // its own op(B) and runs its rows with no barrier; 0: each thread always packs its own.
   int shared_b = 0;
+  // Rows of the AVX-512 kernels' register tile, both of 24 zmm accumulators: 12 (12 x 32: two
+  // B vectors and 12 broadcasts of A a k step), 8 (8 x 48: three and 8, so 11 loads per 24
+  // FMAs instead of 14), or 0: by CPU (avx512_tile_rows). Speed only: each C element's sum is
+  // the same whatever the tile (gemm_kernel.hpp's contract; tests/unit/test_gemm.cpp).
+  int avx512_rows = 0;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);
+// The AVX-512 register tile's rows under t: t.avx512_rows, or for 0 the tile measured faster
+// on this CPU's vendor: 8 (8 x 48) on Intel, whose two load ports the 12 x 32 tile's 14 loads
+// per 12 cycles of FMAs keep too busy (Ice Lake: the kernel at 80% of the FMA peak in L1
+// against 95%; docs/benchmarks.md, "The 8 x 48 tile on Intel"); 12 elsewhere (AMD Zen 5:
+// 94-101% of the peak with 12 x 32).
+int avx512_tile_rows(const GemmTuning& t);
 
 // A leading dimension (floats) >= cols for a 64-byte-aligned row-major matrix that later
 // GEMMs read as A (ta == N): the smallest multiple of 16 whose rows spread over the L1's sets

@@ -1,7 +1,8 @@
 // The avx512 path of the canonical and chain GEMMs: runtime/gemm_kernel.hpp over simd::Avx512
-// with a 12 x 32 register tile (24 zmm accumulators), compiled with the avx512 flags and reached
-// only through runtime/gemm.cpp's dispatch. The same FMAs in the same order as every other
-// path, merged by the same canonical tree, so the bits equal the scalar reference
+// with a 12 x 32 or an 8 x 48 register tile (24 zmm accumulators either way; which one,
+// avx512_tile_rows in runtime/gemm.hpp), compiled with the avx512 flags and reached only
+// through runtime/gemm.cpp's dispatch. The same FMAs in the same order as every other path,
+// merged by the same canonical tree, so the bits equal the scalar reference whatever the tile
 // (docs/design.md section 2). Also Eigen's GEMM, built for AVX-512.
 #include <Eigen/Core>
 
@@ -10,7 +11,23 @@
 
 namespace lockstep::gemm_detail {
 
-LOCKSTEP_GEMM_DEFINE(avx512, simd::Avx512, 12, 2)
+namespace {
+using Tile12x32 = Driver<Kernel<simd::Avx512, 12, 2>>;
+using Tile8x48 = Driver<Kernel<simd::Avx512, 8, 3>>;
+bool wide(const GemmTuning& t) {
+  return avx512_tile_rows(t) == 8;
+}
+}  // namespace
+
+void canonical_avx512(const GemmArgs& g, const GemmTuning& t) {
+  wide(t) ? Tile8x48::run(g, t, true) : Tile12x32::run(g, t, true);
+}
+void chain_avx512(const GemmArgs& g, const GemmTuning& t) {
+  wide(t) ? Tile8x48::run(g, t, false) : Tile12x32::run(g, t, false);
+}
+std::vector<GemmScratch> scratch_avx512(const GemmArgs& g, const GemmTuning& t, bool canonical) {
+  return wide(t) ? Tile8x48::scratch(g, t, canonical) : Tile12x32::scratch(g, t, canonical);
+}
 
 // Eigen's GEMM (fast mode and the tests), instantiated in this TU only: Eigen templates
 // compiled with different ISA flags in several TUs would collide at link time.

@@ -55,6 +55,12 @@ std::vector<Isa> supported_isas() {
   return out;
 }
 
+CpuVendor cpu_vendor() {
+  if (__builtin_cpu_is("intel")) return CpuVendor::intel;
+  if (__builtin_cpu_is("amd")) return CpuVendor::amd;
+  return CpuVendor::other;
+}
+
 // Called by every kernel entry point (thousands of times a step): the messages are built
 // only when a check fails.
 SumRule KernelCtx::rule() const {

@@ -38,6 +38,14 @@ Isa best_isa();
 // Every path this CPU can run, scalar first.
 std::vector<Isa> supported_isas();
 
+// Who made this CPU (CPUID's vendor string): kernels pick speed-only parameters by it
+// (runtime/gemm.hpp avx512_tile_rows), never bits.
+enum class CpuVendor { intel, amd, other };
+constexpr std::array<EnumName<CpuVendor>, 3> enum_names(CpuVendor) {
+  return {{{CpuVendor::intel, "intel"}, {CpuVendor::amd, "amd"}, {CpuVendor::other, "other"}}};
+}
+CpuVendor cpu_vendor();
+
 // What every kernel call needs to know, passed explicitly (no global configuration).
 struct KernelCtx {
   Isa isa = Isa::scalar;  // the path to take; must be supported by this CPU

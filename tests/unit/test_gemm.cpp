@@ -753,6 +753,65 @@ TEST_CASE("canonical GEMM reading A in place equals the reference and the copyin
   }
 }
 
+// The AVX-512 path has two register tiles (GemmTuning::avx512_rows: 12 x 32 and 8 x 48) and
+// takes one by CPU vendor, so the other tests here run only this host's. Both must give the
+// reference's bits (canonical, both trees, flat and token axes) and one FMA chain per element
+// (chain): row and column tails of either tile (M, N around multiples of 4, 8, 12, 32 and 48),
+// every loop order (Goto, A once, B resident, spilling slots, a shared op(B)), A read in place
+// and copied, 1 to 3 threads.
+TEST_CASE("the AVX-512 tiles 12 x 32 and 8 x 48 give the reference's bits") {
+  if (!isa_supported(Isa::avx512)) {
+    SUCCEED("no AVX-512 on this CPU: nothing to compare");
+    return;
+  }
+  TuningGuard guard;
+  std::uint64_t s = 48;
+  const std::int64_t mn[] = {1, 4, 7, 8, 9, 12, 13, 31, 32, 33, 47, 48, 49, 95, 97, 130};
+  // kc, nc, mc, resident, in place, c_prefetch, spill, shared_b
+  const GemmTuning tunings[] = {GemmTuning{},
+                                GemmTuning{64, 32, 264, 0, true, 2},  // A once, nc < 48
+                                GemmTuning{64, 64, 264, 1 << 16, false, 2},  // B resident, copy A
+                                GemmTuning{64, 96, 24, 1 << 12, true, 1, 1 << 10, 2}};
+  int cases = 0;
+  for (int rep = 0; rep < 48; ++rep) {
+    const Trans ta = kTrans[splitmix64(s) % 2], tb = kTrans[splitmix64(s) % 2];
+    const std::int64_t M = mn[splitmix64(s) % 16], N = mn[splitmix64(s) % 16];
+    const TreeShape tree = rep % 2 ? TreeShape::halving : TreeShape::pow2;
+    const std::int64_t seq = tree == TreeShape::halving && rep % 4 == 1 ? 96 : 0;
+    const std::int64_t K = seq ? 3 * seq : kK[splitmix64(s) % 11];
+    const Problem p = make_problem(ta, tb, M, N, K, splitmix64(s) % 4, splitmix64(s), Fill::wide);
+    KernelCtx ctx{Isa::scalar, 1, 64, tree};
+    ctx.sequence = seq;
+    const auto want = compact(run(ctx, GemmImpl::reference, p), M, N, p.ldc);
+    const auto chain = literal_chain(p);
+    ctx.isa = Isa::avx512;
+    ctx.threads = 1 + static_cast<int>(splitmix64(s) % 3);
+    const GemmTuning& base = tunings[rep % 4];
+    for (const int rows : {12, 8}) {
+      GemmTuning t = base;
+      t.avx512_rows = rows;
+      set_gemm_tuning(t);
+      INFO("rows=" << rows << " " << tname(ta) << tname(tb) << " " << M << "x" << N << "x" << K
+                   << " tree=" << enum_name(tree) << " seq=" << seq
+                   << " threads=" << ctx.threads << " tuning " << rep % 4);
+      const auto got = compact(run(ctx, GemmImpl::canonical, p), M, N, p.ldc);
+      INFO(first_diff(got, want));
+      REQUIRE(same_bits(got, want));
+      const auto got_chain = compact(run(ctx, GemmImpl::chain, p), M, N, p.ldc);
+      INFO(first_diff(got_chain, chain));
+      REQUIRE(same_bits(got_chain, chain));
+      ++cases;
+    }
+  }
+  CHECK(cases == 96);
+  GemmTuning t;
+  CHECK(avx512_tile_rows(t) == (cpu_vendor() == CpuVendor::intel ? 8 : 12));
+  t.avx512_rows = 12;
+  CHECK(avx512_tile_rows(t) == 12);
+  t.avx512_rows = 7;
+  CHECK_THROWS_AS(set_gemm_tuning(t), Error);
+}
+
 TEST_CASE("gemm_row_stride: the smallest multiple of 16 >= cols whose rows spread over L1") {
   // 1 KiB and 3 KiB rows already spread (3 lines per set for 12 rows of 256 floats); rows of
   // 1024, 1040, 1056 and 1072 floats put 12, 12, 8 and 6 lines into one set, 1088 shifts each
