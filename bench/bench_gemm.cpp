@@ -6,7 +6,7 @@
 // Prints one JSON object per line:
 //   {"bench":"gemm","impl","tree","seq","m","n","k","ta","tb","threads","isa","avx512_rows",
 //    "block","reps","gflops","gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
-// (avx512_rows: the AVX-512 register tile's rows the impl ran with, where the ISA is avx512)
+// (avx512_rows: the AVX-512 register tile's rows the impl ran with where the ISA is avx512)
 // gflops is the median over --reps trials (gflops_min/max its spread); each trial times
 // back-to-back calls for at least --min-time seconds. Impls are interleaved per trial, so
 // all impls of one shape see the same machine noise; compare ratios within one run.
@@ -227,7 +227,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(0, 2));
   app.add_option("--mr", cli_tuning.mr,
                  "override the AVX-512 register tile's rows: 8 (8 x 48) or 12 (12 x 32); "
-                 "default by CPU (8 on Intel, 12 elsewhere)")
+                 "default by CPU and shape (runtime/gemm.hpp, avx512_tile_rows)")
       ->check(CLI::IsMember({8, 12}));
   int in_place = -1;
   app.add_option("--a-in-place", in_place,
@@ -351,7 +351,7 @@ int main(int argc, char** argv) {
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
               sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T",
               static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa),
-              avx512_tile_rows(impls[i].tuning.apply(tun)), block, reps, flop / med * 1e-9,
+              avx512_tile_rows(impls[i].tuning.apply(tun), sh.m, sh.n), block, reps, flop / med * 1e-9,
               flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, core.c_str(), clock_s.c_str());
           std::fflush(stdout);
         }

@@ -183,11 +183,14 @@ GemmTuning gemm_tuning() {
 std::int64_t gemm_row_stride(std::int64_t cols) {
   check(cols >= 1, "gemm_row_stride: cols " + std::to_string(cols) + " must be positive",
         "pass the matrix's column count");
-  const int mr = avx512_tile_rows(gemm_detail::g_tuning);  // the AVX-512 kernel's row tile
   const std::int64_t kl = std::min(cols, gemm_detail::g_tuning.kc_target);
   const std::int64_t ld0 = (cols + 15) / 16 * 16;
+  // Either AVX-512 tile may read the rows (avx512_tile_rows): 12 or 8 of them at a time.
+  const auto spread = [&](std::int64_t ld, int mr) {
+    return gemm_detail::rows_spread_l1(0, ld, mr, 64 * mr, kl);
+  };
   for (std::int64_t ld = ld0; ld <= ld0 + 1024; ld += 16)
-    if (gemm_detail::rows_spread_l1(0, ld, mr, 64 * mr, kl)) return ld;
+    if (spread(ld, 12) && spread(ld, 8)) return ld;
   return cols;
 }
 void set_gemm_tuning(const GemmTuning& t) {
@@ -207,13 +210,16 @@ void set_gemm_tuning(const GemmTuning& t) {
         "(always shared)");
   check(t.avx512_rows == 0 || t.avx512_rows == 8 || t.avx512_rows == 12,
         "GEMM tuning avx512_rows=" + std::to_string(t.avx512_rows) + " is not 0, 8 or 12",
-        "pass 12 (the 12 x 32 tile), 8 (8 x 48) or 0 (by CPU: 8 on Intel, 12 elsewhere)");
+        "pass 12 (the 12 x 32 tile), 8 (8 x 48) or 0 (by CPU and shape: avx512_tile_rows)");
   gemm_detail::g_tuning = t;
 }
 
-int avx512_tile_rows(const GemmTuning& t) {
+int avx512_tile_rows(const GemmTuning& t, std::int64_t M, std::int64_t N) {
   if (t.avx512_rows != 0) return t.avx512_rows;
-  return cpu_vendor() == CpuVendor::intel ? 8 : 12;
+  if (cpu_vendor() != CpuVendor::intel) return 12;
+  const auto padded = [](std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; };
+  const std::int64_t wide = padded(M, 8) * padded(N, 48), tall = padded(M, 12) * padded(N, 32);
+  return 10 * wide <= 11 * tall ? 8 : 12;
 }
 
 namespace {

@@ -124,18 +124,20 @@ struct GemmTuning {
   int shared_b = 0;
   // Rows of the AVX-512 kernels' register tile, both of 24 zmm accumulators: 12 (12 x 32: two
   // B vectors and 12 broadcasts of A a k step), 8 (8 x 48: three and 8, so 11 loads per 24
-  // FMAs instead of 14), or 0: by CPU (avx512_tile_rows). Speed only: each C element's sum is
-  // the same whatever the tile (gemm_kernel.hpp's contract; tests/unit/test_gemm.cpp).
+  // FMAs instead of 14), or 0: by CPU and shape (avx512_tile_rows). Speed only: each C
+  // element's sum is the same whatever the tile (gemm_kernel.hpp's contract; test_gemm).
   int avx512_rows = 0;
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);
-// The AVX-512 register tile's rows under t: t.avx512_rows, or for 0 the tile measured faster
-// on this CPU's vendor: 8 (8 x 48) on Intel, whose two load ports the 12 x 32 tile's 14 loads
-// per 12 cycles of FMAs keep too busy (Ice Lake: the kernel at 80% of the FMA peak in L1
-// against 95%; docs/benchmarks.md, "The 8 x 48 tile on Intel"); 12 elsewhere (AMD Zen 5:
-// 94-101% of the peak with 12 x 32).
-int avx512_tile_rows(const GemmTuning& t);
+// The AVX-512 register tile's rows for an M x N GEMM under t: t.avx512_rows, or for 0 the
+// tile measured faster: on Intel 8 x 48, whose 11 loads per 24 FMAs leave the two load ports
+// room that 12 x 32's 14 do not (Ice Lake: GPT-2's GEMMs 1-23% faster, step 18%), unless its
+// padding of M to 8 and N to 48 rows and columns costs 10% more work than 12 x 32's (N = 256:
+// 12.5%; those shapes ran 8-14% slower with 8 x 48); elsewhere 12 (AMD Zen 5: 94-101% of the
+// FMA peak with 12 x 32, 8 x 48 slower on 12 of 13 shapes). docs/benchmarks.md, "The 8 x 48
+// tile on Intel".
+int avx512_tile_rows(const GemmTuning& t, std::int64_t M, std::int64_t N);
 
 // A leading dimension (floats) >= cols for a 64-byte-aligned row-major matrix that later
 // GEMMs read as A (ta == N): the smallest multiple of 16 whose rows spread over the L1's sets

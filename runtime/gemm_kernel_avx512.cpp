@@ -14,19 +14,19 @@ namespace lockstep::gemm_detail {
 namespace {
 using Tile12x32 = Driver<Kernel<simd::Avx512, 12, 2>>;
 using Tile8x48 = Driver<Kernel<simd::Avx512, 8, 3>>;
-bool wide(const GemmTuning& t) {
-  return avx512_tile_rows(t) == 8;
+bool wide(const GemmArgs& g, const GemmTuning& t) {
+  return avx512_tile_rows(t, g.M, g.N) == 8;
 }
 }  // namespace
 
 void canonical_avx512(const GemmArgs& g, const GemmTuning& t) {
-  wide(t) ? Tile8x48::run(g, t, true) : Tile12x32::run(g, t, true);
+  wide(g, t) ? Tile8x48::run(g, t, true) : Tile12x32::run(g, t, true);
 }
 void chain_avx512(const GemmArgs& g, const GemmTuning& t) {
-  wide(t) ? Tile8x48::run(g, t, false) : Tile12x32::run(g, t, false);
+  wide(g, t) ? Tile8x48::run(g, t, false) : Tile12x32::run(g, t, false);
 }
 std::vector<GemmScratch> scratch_avx512(const GemmArgs& g, const GemmTuning& t, bool canonical) {
-  return wide(t) ? Tile8x48::scratch(g, t, canonical) : Tile12x32::scratch(g, t, canonical);
+  return wide(g, t) ? Tile8x48::scratch(g, t, canonical) : Tile12x32::scratch(g, t, canonical);
 }
 
 // Eigen's GEMM (fast mode and the tests), instantiated in this TU only: Eigen templates
