@@ -351,8 +351,9 @@ int main(int argc, char** argv) {
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
               sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T",
               static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa),
-              avx512_tile_rows(impls[i].tuning.apply(tun), sh.m, sh.n), block, reps, flop / med * 1e-9,
-              flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, core.c_str(), clock_s.c_str());
+              avx512_tile_rows(impls[i].tuning.apply(tun), sh.n), block, reps,
+              flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, core.c_str(),
+              clock_s.c_str());
           std::fflush(stdout);
         }
       }

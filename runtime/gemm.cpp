@@ -214,12 +214,11 @@ void set_gemm_tuning(const GemmTuning& t) {
   gemm_detail::g_tuning = t;
 }
 
-int avx512_tile_rows(const GemmTuning& t, std::int64_t M, std::int64_t N) {
+int avx512_tile_rows(const GemmTuning& t, std::int64_t N) {
   if (t.avx512_rows != 0) return t.avx512_rows;
   if (cpu_vendor() != CpuVendor::intel) return 12;
-  const auto padded = [](std::int64_t n, std::int64_t to) { return (n + to - 1) / to * to; };
-  const std::int64_t wide = padded(M, 8) * padded(N, 48), tall = padded(M, 12) * padded(N, 32);
-  return 10 * wide <= 11 * tall ? 8 : 12;
+  const auto padded = [&](std::int64_t to) { return (N + to - 1) / to * to; };
+  return 10 * padded(48) <= 11 * padded(32) ? 8 : 12;
 }
 
 namespace {

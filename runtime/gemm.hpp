@@ -130,14 +130,16 @@ struct GemmTuning {
 };
 GemmTuning gemm_tuning();
 void set_gemm_tuning(const GemmTuning& t);
-// The AVX-512 register tile's rows for an M x N GEMM under t: t.avx512_rows, or for 0 the
-// tile measured faster: on Intel 8 x 48, whose 11 loads per 24 FMAs leave the two load ports
-// room that 12 x 32's 14 do not (Ice Lake: GPT-2's GEMMs 1-23% faster, step 18%), unless its
-// padding of M to 8 and N to 48 rows and columns costs 10% more work than 12 x 32's (N = 256:
-// 12.5%; those shapes ran 8-14% slower with 8 x 48); elsewhere 12 (AMD Zen 5: 94-101% of the
-// FMA peak with 12 x 32, 8 x 48 slower on 12 of 13 shapes). docs/benchmarks.md, "The 8 x 48
-// tile on Intel".
-int avx512_tile_rows(const GemmTuning& t, std::int64_t M, std::int64_t N);
+// The AVX-512 register tile's rows for a GEMM of N columns under t: t.avx512_rows, or for 0
+// the tile measured faster: on Intel 8 x 48, whose 11 loads per 24 FMAs leave the two load
+// ports room that 12 x 32's 14 do not (Ice Lake: GPT-2's GEMMs 1-23% faster, its step ~5%),
+// unless padding N to 48 columns costs 10% more work than padding it to 32 (N = 256: 12.5%;
+// such shapes ran 7-14% slower with 8 x 48); elsewhere 12 (AMD Zen 5: 94-101% of the FMA peak
+// with 12 x 32, 8 x 48 slower on 12 of 13 shapes). docs/benchmarks.md, "The 8 x 48 tile on
+// Intel". N alone decides, so that a GEMM run in row blocks or shorter K (the causal
+// attention's pieces) takes the tile of its whole and needs no more scratch than the whole
+// (model/memory_footprint.cpp counts the whole).
+int avx512_tile_rows(const GemmTuning& t, std::int64_t N);
 
 // A leading dimension (floats) >= cols for a 64-byte-aligned row-major matrix that later
 // GEMMs read as A (ta == N): the smallest multiple of 16 whose rows spread over the L1's sets

@@ -124,6 +124,17 @@ struct Scratch {
   ~Scratch() { release(); }
 };
 
+// A thread's GEMM buffers, one set for every Driver of the translation unit (the AVX-512
+// path's two register tiles share it), so that what a thread holds is the largest need of
+// any call it ran, whichever tile ran it (model/memory_footprint.cpp counts it that way).
+struct ThreadScratch {
+  Scratch abuf, bbuf, kbuf, sbuf, team_b;
+};
+inline ThreadScratch& thread_scratch() {
+  static thread_local ThreadScratch s;
+  return s;
+}
+
 inline std::int64_t ceil_div(std::int64_t a, std::int64_t b) {
   return (a + b - 1) / b;
 }
@@ -820,7 +831,8 @@ struct Driver {
                        std::int64_t j0, std::int64_t j1, const Team& team = Team{}) {
     if (i1 <= i0 || j1 <= j0) return;
     const RectLayout r = rect_layout(g, pl, i0, i1, j0, j1, team.bshared, team.deal);
-    static thread_local Scratch abuf, bbuf, kbuf, sbuf;
+    ThreadScratch& ts = thread_scratch();
+    Scratch &abuf = ts.abuf, &bbuf = ts.bbuf, &kbuf = ts.kbuf, &sbuf = ts.sbuf;
     Work w;
     w.ablock = abuf.get(static_cast<std::size_t>(r.need.ablock));
     w.astride = r.astride;
@@ -995,9 +1007,8 @@ struct Driver {
     const Plan pl = make_plan(g, tun, canonical);
     const Split sp = split(g, tun, pl);
     if (sp.threads <= 1) return run_rect(g, pl, 0, g.M, 0, g.N);
-    static thread_local Scratch team_b;
     std::atomic<std::int64_t> counters[64];
-    float* bshared = sp.share ? team_b.get(bpack_floats(g, pl, sp.nc)) : nullptr;
+    float* bshared = sp.share ? thread_scratch().team_b.get(bpack_floats(g, pl, sp.nc)) : nullptr;
     if (sp.deal)
       for (std::int64_t c = 0; c < sp.cblocks; ++c)
         counters[c].store(0, std::memory_order_relaxed);

@@ -15,7 +15,7 @@ namespace {
 using Tile12x32 = Driver<Kernel<simd::Avx512, 12, 2>>;
 using Tile8x48 = Driver<Kernel<simd::Avx512, 8, 3>>;
 bool wide(const GemmArgs& g, const GemmTuning& t) {
-  return avx512_tile_rows(t, g.M, g.N) == 8;
+  return avx512_tile_rows(t, g.N) == 8;
 }
 }  // namespace
 
