@@ -23,7 +23,7 @@ Runner add_info(CLI::App& app) {
     if (isa_supported(Isa::avx512))
       std::printf("  GEMM tile     : %s (AVX-512, CPU vendor %s)\n",
                   cpu_vendor() == CpuVendor::intel
-                      ? "8 x 48, or 12 x 32 where that pads N 10% less (GPT-2's GEMMs: 8 x 48)"
+                      ? "8 x 48, or 12 x 32 where that pads N 10% less"
                       : "12 x 32",
                   enum_name(cpu_vendor()).data());
     std::printf("  OpenMP threads: %d available\n", omp_get_max_threads());
