@@ -217,8 +217,8 @@ void set_gemm_tuning(const GemmTuning& t) {
 int avx512_tile_rows(const GemmTuning& t, std::int64_t N) {
   if (t.avx512_rows != 0) return t.avx512_rows;
   if (cpu_vendor() != CpuVendor::intel) return 12;
-  const auto padded = [&](std::int64_t to) { return (N + to - 1) / to * to; };
-  return 10 * padded(48) <= 11 * padded(32) ? 8 : 12;
+  using gemm_detail::ceil_div;
+  return 10 * ceil_div(N, 48) * 48 <= 11 * ceil_div(N, 32) * 32 ? 8 : 12;
 }
 
 namespace {
