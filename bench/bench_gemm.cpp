@@ -5,8 +5,10 @@
 // carry "seq" (the sequence length the halving tree restarts its leaves at).
 // Prints one JSON object per line:
 //   {"bench":"gemm","impl","tree","seq","m","n","k","ta","tb","threads","isa","avx512_rows",
-//    "block","reps","gflops","gflops_min","gflops_max","seconds","seconds_min","seconds_max"}
-// (avx512_rows: the AVX-512 register tile's rows the impl ran with where the ISA is avx512)
+//    "block","reps","gflops","gflops_min","gflops_max","seconds","seconds_min","seconds_max",
+//    "operand_sets","openblas_core","clock"}
+// (avx512_rows: the AVX-512 register tile's rows the impl ran with where the ISA is avx512;
+// operand_sets: how many copies of A, B, C the calls took in turn, --operand-sets)
 // gflops is the median over --reps trials (gflops_min/max its spread); each trial times
 // back-to-back calls for at least --min-time seconds. Impls are interleaved per trial, so
 // all impls of one shape see the same machine noise; compare ratios within one run.
@@ -242,6 +244,12 @@ int main(int argc, char** argv) {
                  "floats of padding per row of C (ldc = N + this; the model pads rows of 1024 to "
                  "1088, runtime/gemm.hpp's gemm_row_stride)")
       ->check(CLI::NonNegativeNumber);
+  int operand_sets = 1;
+  app.add_option("--operand-sets", operand_sets,
+                 "copies of A, B and C that successive calls take in turn (1: every call reads "
+                 "the same, cache-warm operands; enough copies to pass the L3, e.g. 4, make "
+                 "each call read them from memory, as a training step does)")
+      ->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -298,14 +306,23 @@ int main(int argc, char** argv) {
       // 64-byte aligned, as the model's activations (model/gpt_impl.hpp's buffers).
       const std::int64_t lda = acols + lda_pad;  // --lda-pad: rows of A further apart
       const std::int64_t ldc = sh.n + ldc_pad;   // --ldc-pad: rows of C further apart
-      AlignedVector<float> A(static_cast<std::size_t>(arows * lda)),
-          B(static_cast<std::size_t>(brows * bcols)), C(static_cast<std::size_t>(sh.m * ldc));
+      struct Operands {
+        AlignedVector<float> A, B, C;
+      };
+      std::vector<Operands> sets;
       std::uint64_t s = 1;
-      for (auto* v : {&A, &B})
-        for (auto& x : *v) {
-          s = s * 6364136223846793005ull + 1442695040888963407ull;
-          x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
-        }
+      for (int i = 0; i < operand_sets; ++i) {
+        Operands& o = sets.emplace_back(Operands{
+            AlignedVector<float>(static_cast<std::size_t>(arows * lda)),
+            AlignedVector<float>(static_cast<std::size_t>(brows * bcols)),
+            AlignedVector<float>(static_cast<std::size_t>(sh.m * ldc))});
+        for (auto* v : {&o.A, &o.B})
+          for (auto& x : *v) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            x = static_cast<float>(static_cast<std::int64_t>(s >> 40) - (1 << 23)) / (1 << 23);
+          }
+      }
+      std::size_t next_set = 0;
       const double flop = 2.0 * static_cast<double>(sh.m) * sh.n * sh.k;
       for (int t : threads) {
         // The impl's tuning, set before its calls (outside the timed loop).
@@ -313,8 +330,10 @@ int main(int argc, char** argv) {
         auto call = [&](const BenchImpl& bi) {
           KernelCtx ctx{isa, t, block, bi.tree};
           ctx = ctx.over_sequences(sh.seq);
-          gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, A.data(), lda, B.data(), bcols,
-               C.data(), ldc);
+          Operands& o = sets[next_set];
+          next_set = (next_set + 1) % sets.size();
+          gemm(ctx, bi.impl, sh.ta, sh.tb, sh.m, sh.n, sh.k, o.A.data(), lda, o.B.data(), bcols,
+               o.C.data(), ldc);
         };
         // Calibrate calls per trial so one trial lasts about min_time.
         std::vector<int> calls(impls.size());
@@ -345,14 +364,15 @@ int main(int argc, char** argv) {
               "\"threads\":%d,\"isa\":\"%s\",\"avx512_rows\":%d,"
               "\"block\":%d,\"reps\":%d,\"gflops\":%.2f,\"gflops_min\":%.2f,"
               "\"gflops_max\":%.2f,\"seconds\":%.6g,\"seconds_min\":%.6g,\"seconds_max\":%.6g,"
-              "\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
+              "\"operand_sets\":%d,\"openblas_core\":\"%s\",\"clock\":\"%s\"}\n",
               impls[i].name.c_str(), std::string(enum_name(impls[i].tree)).c_str(),
               static_cast<long long>(sh.seq), sh.name.c_str(), static_cast<long long>(sh.m),
               static_cast<long long>(sh.n), static_cast<long long>(sh.k),
               sh.ta == Trans::N ? "N" : "T", sh.tb == Trans::N ? "N" : "T",
               static_cast<long long>(lda), static_cast<long long>(ldc), t, isa_name(isa),
               avx512_tile_rows(impls[i].tuning.apply(tun), sh.n), block, reps,
-              flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, core.c_str(),
+              flop / med * 1e-9, flop / hi * 1e-9, flop / lo * 1e-9, med, lo, hi, operand_sets,
+              core.c_str(),
               clock_s.c_str());
           std::fflush(stdout);
         }
