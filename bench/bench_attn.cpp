@@ -4,7 +4,10 @@
 // model/kernels/attn_gemm.hpp (scores Q K^T, prefix P V, suffix P^T dO) in tree form (invariant
 // mode) and chain form (deterministic), and the softmax rows of model/kernels/attn_rows.hpp
 // (forward; backward). Prints one JSON object per line:
-//   {"bench":"attn","kernel","form","C","hd","B","us_min","us_median","gflops_max","trials","calls"}
+//   {"bench":"attn","kernel","form","tile","C","hd","B","us_min","us_median","gflops_max","trials",
+//    "calls"}
+// (tile: how the prefix and suffix ran head_dim 64, AttnTile in attn_gemm.hpp: "whole" or
+// "halves"; --tiles whole,halves times both in one process.)
 // gflops_max counts the causal half's products, 2 * C (C + 1) / 2 * hd per call, at us_min
 // (softmax rows: no GFLOP/s; they work in place, so each call includes copying the C x C
 // input back, ~256 KiB at C 256). Each trial times `calls` calls on the same operands (in L2); min
@@ -16,6 +19,7 @@
 #include <cstdio>
 #include <functional>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "bench/timing.hpp"
@@ -39,6 +43,12 @@ int main(int argc, char** argv) {
   app.add_option("--trials", trials, "timed trials (min and median reported)")
       ->check(CLI::PositiveNumber);
   app.add_option("--calls", calls, "calls per trial")->check(CLI::PositiveNumber);
+  std::vector<std::string> tiles{"by_cpu"};
+  app.add_option("--tiles", tiles,
+                 "how the prefix and suffix products run head_dim 64 (AttnTile), timed in turn: "
+                 "by_cpu, whole (one 8 x 64 tile), halves (two 8 x 32 passes)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"by_cpu", "whole", "halves"}));
   CLI11_PARSE(app, argc, argv);
   if (ld < hd) throw std::invalid_argument("--ld must be >= --head-dim");
 
@@ -72,17 +82,23 @@ int main(int argc, char** argv) {
     f();  // warm-up
     const bench::Spread t = bench::time_trials(trials, calls, f);
     std::printf(
-        "{\"bench\":\"attn\",\"kernel\":\"%s\",\"form\":\"%s\",\"C\":%lld,\"hd\":%lld,\"B\":%d,"
-        "\"us_min\":%.3f,\"us_median\":%.3f,\"gflops_max\":%.1f,\"trials\":%d,\"calls\":%d}\n",
-        kernel, form, static_cast<long long>(C), static_cast<long long>(hd), B, 1e6 * t.min,
-        1e6 * t.median, gemm ? flops / t.min * 1e-9 : 0.0, trials, calls);
+        "{\"bench\":\"attn\",\"kernel\":\"%s\",\"form\":\"%s\",\"tile\":\"%s\",\"C\":%lld,"
+        "\"hd\":%lld,\"B\":%d,\"us_min\":%.3f,\"us_median\":%.3f,\"gflops_max\":%.1f,"
+        "\"trials\":%d,\"calls\":%d}\n",
+        kernel, form, attn_tile_halves(hd) ? "halves" : "whole", static_cast<long long>(C),
+        static_cast<long long>(hd), B, 1e6 * t.min, 1e6 * t.median,
+        gemm ? flops / t.min * 1e-9 : 0.0, trials, calls);
     std::fflush(stdout);
   };
 
   time(
       "scores", "chain",
       [&] { causal_scores(C, hd, q.data(), ld, k.data(), ld, s.data(), scratch.data()); }, true);
-  for (bool tree : {true, false}) {
+  for (bool tree : {true, false})
+  for (const std::string& tile : tiles) {
+    set_attn_tile(tile == "whole" ? AttnTile::whole
+                  : tile == "halves" ? AttnTile::halves
+                                     : AttnTile::by_cpu);
     const char* form = tree ? "tree" : "chain";
     time(
         "prefix", form,
@@ -97,6 +113,7 @@ int main(int argc, char** argv) {
         },
         true);
   }
+  set_attn_tile(AttnTile::by_cpu);
   time(
       "softmax", "tree",
       [&] {

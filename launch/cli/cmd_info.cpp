@@ -7,6 +7,7 @@
 
 #include "launch/cli/commands.hpp"
 #include "lockstep/build_info.hpp"
+#include "model/kernels/attn_gemm.hpp"
 #include "runtime/isa.hpp"
 
 namespace lockstep::cli {
@@ -26,6 +27,9 @@ Runner add_info(CLI::App& app) {
                       ? "8 x 48, or 12 x 32 where that pads N 10% less"
                       : "12 x 32",
                   enum_name(cpu_vendor()).data());
+    if (isa_supported(Isa::avx512))
+      std::printf("  attention tile: %s at head_dim 64 (AVX-512 prefix / suffix products)\n",
+                  attn_tile_halves(64) ? "two 8 x 32 passes" : "one 8 x 64 tile");
     std::printf("  OpenMP threads: %d available\n", omp_get_max_threads());
     std::printf("  sanitizers    : %s\n", build_info::kSanitize ? "on" : "off");
     std::printf("  CUDA          : %s\n",

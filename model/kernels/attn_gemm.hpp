@@ -38,8 +38,25 @@ namespace lockstep {
 // and (tree mode) hd <= B so that a score is one canonical leaf.
 bool attn_gemm_supported(const KernelCtx& ctx, std::int64_t C, std::int64_t hd, bool tree);
 // Floats of per-thread scratch the kernels need for (C, hd, B) (prefix and suffix copy X
-// into it when ldx != hd).
+// into it when ldx != hd, the suffix in halves 8 columns of A).
 std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B);
+
+// How the prefix and suffix products cover head_dim 64, the one width with a choice: one 8 x 64
+// register tile per row tile (32 accumulators, which with the operands pass the 32 vector
+// registers: GCC keeps a few on the stack in the inner loop) or two passes of 8 x 32 over it
+// (the suffix copies the tile's 8 columns of A, a 4 KiB-strided line a row, to a contiguous
+// strip first, so that they are read from memory once for both passes). Speed only: every
+// output element's chain and tree are the same either way (test_attn_gemm runs both).
+// by_cpu: halves on Intel, where the spilled accumulators cost most (Ice Lake, GPT-2 small's
+// shape: the prefix 17% and the suffix 12-17% less time), the whole tile elsewhere (AMD Zen 5:
+// the prefix's halves within noise; the suffix's, without the strip, 17-25% slower). Halves
+// and the strip were not measured on AMD. docs/benchmarks.md, "Attention's halves on Intel".
+enum class AttnTile { by_cpu, whole, halves };
+// A test and benchmark hook (as set_gemm_tuning): set it while no attention kernel runs.
+void set_attn_tile(AttnTile t);
+AttnTile attn_tile();
+// Whether the products at head_dim hd run in halves under the current setting and CPU.
+bool attn_tile_halves(std::int64_t hd);
 
 // What the exact modes' fix-ups need to know about a prefix / suffix call (computed on the
 // way, only when asked for: the X copy and the register tiles are tested before they are
@@ -67,12 +84,12 @@ namespace attn_gemm_detail {
 inline constexpr int kTileRows = 8;
 void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::int64_t lda,
                           const float* X, std::int64_t ldx, float* S, float* scratch);
-void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
-                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch, AttnChecks* checks);
-void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
-                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch, AttnChecks* checks);
+void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, bool halves,
+                          const float* P, const float* X, std::int64_t ldx, float* Y,
+                          std::int64_t ldy, float* scratch, AttnChecks* checks);
+void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, bool halves,
+                          const float* A, const float* X, std::int64_t ldx, float* Y,
+                          std::int64_t ldy, float* scratch, AttnChecks* checks);
 }  // namespace attn_gemm_detail
 
 }  // namespace lockstep

@@ -100,32 +100,43 @@ template <int NV>
 }
 
 // ---- prefix: Y[i, :] = P[i, 0:kend) X[0:kend, :] --------------------------------------------
-// zero: nullptr, or set when some output element is a zero (tested in the registers).
+// One pass over a row tile: its R rows of P from p (C floats apart), keys [0, kend), NV vectors
+// of X's and Y's columns from x and y. zero: nullptr, or set when some output element is a
+// zero (tested in the registers).
 template <int NV>
+void prefix_pass(std::int64_t C, int B, bool tree, std::int64_t kend, const float* p,
+                 const float* x, std::int64_t ldx, float* y, std::int64_t ldy, float* stk,
+                 bool* zero) {
+  constexpr int TF = Tile<NV>::FLOATS;
+  Tile<NV> t;
+  if (!tree) {
+    t.template chain<0, 1>(p, C, 1, x, ldx, kend);
+  } else {  // binary counter over the leaves (blocks of B keys) of [0, kend)
+    int top = 0;
+    std::int64_t leafno = 0;
+    for (std::int64_t k0 = 0; k0 < kend; k0 += B, ++leafno) {
+      t.template chain<0, 1>(p + k0, C, 1, x + k0 * ldx, ldx,
+                             std::min<std::int64_t>(B, kend - k0));
+      for (std::int64_t c = leafno; c & 1; c >>= 1) t.add_left(stk + (--top) * TF);
+      if (k0 + B < kend) t.save(stk + (top++) * TF);
+    }
+    while (top > 0) t.add_left(stk + (--top) * TF);
+  }
+  if (zero && t.any_zero()) *zero = true;
+  t.store_rows(y, ldy);
+}
+
+// Y's NV vectors a row in passes of NH (NV, or 2 for the halves of head_dim 64: AttnTile).
+template <int NV, int NH>
 void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* X, std::int64_t ldx,
                  float* Y, std::int64_t ldy, float* stk, bool* zero) {
-  constexpr int TF = Tile<NV>::FLOATS;
   for (std::int64_t i0 = 0; i0 < C; i0 += R) {
     // Keys past the tile's last row hold P = +0.0 for every row of the tile: the last leaf
     // stops there (see causal_prefix in attn_gemm.hpp).
     const std::int64_t kend = std::min(C, i0 + R);
-    const float* p = P + i0 * C;
-    Tile<NV> t;
-    if (!tree) {
-      t.template chain<0, 1>(p, C, 1, X, ldx, kend);
-    } else {  // binary counter over the leaves (blocks of B keys) of [0, kend)
-      int top = 0;
-      std::int64_t leafno = 0;
-      for (std::int64_t k0 = 0; k0 < kend; k0 += B, ++leafno) {
-        t.template chain<0, 1>(p + k0, C, 1, X + k0 * ldx, ldx,
-                               std::min<std::int64_t>(B, kend - k0));
-        for (std::int64_t c = leafno; c & 1; c >>= 1) t.add_left(stk + (--top) * TF);
-        if (k0 + B < kend) t.save(stk + (top++) * TF);
-      }
-      while (top > 0) t.add_left(stk + (--top) * TF);
-    }
-    if (zero && t.any_zero()) *zero = true;
-    t.store_rows(Y + i0 * ldy, ldy);
+    for (int v = 0; v < NV; v += NH)
+      prefix_pass<NH>(C, B, tree, kend, P + i0 * C, X + v * 16, ldx, Y + i0 * ldy + v * 16, ldy,
+                      stk, zero);
   }
 }
 
@@ -136,27 +147,25 @@ void prefix_impl(std::int64_t C, int B, bool tree, const float* P, const float* 
 // the level's slot where that slot is present and passing the newer one up where it is
 // absent (its leaves were all left out); the final fold from the right skips absent levels.
 // For m == 0 this is the prefix kernel's counter.
+// One pass over the row tile at j0: op(A)[j0 + r, i] = a[i * as + r], NV vectors of X's and Y's
+// columns from x and y.
 template <int NV>
-void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* X, std::int64_t ldx,
-                 float* Y, std::int64_t ldy, float* slots, bool* zero) {
+void suffix_pass(std::int64_t C, int B, bool tree, std::int64_t j0, const float* a,
+                 std::int64_t as, const float* x, std::int64_t ldx, float* y, std::int64_t ldy,
+                 float* slots, bool* zero) {
   constexpr int TF = Tile<NV>::FLOATS;
   const std::int64_t nbt = ceil_div(C, B);
-  for (std::int64_t j0 = 0; j0 < C; j0 += R) {
-    const std::int64_t m = j0 / B;  // leaves [0, m) hold only A[i, j] with i < j: zeros
-    const float* a = A + j0;        // op(A)[j0 + r, i] = A[i * C + j0 + r]
-    Tile<NV> t;
-    // Queries before the tile's first row hold A = +0.0 for every row of the tile: the first
-    // kept leaf starts at j0 (see causal_suffix in attn_gemm.hpp).
-    if (!tree) {
-      t.template chain<1, 0>(a + j0 * C, 1, C, X + j0 * ldx, ldx, C - j0);
-      if (zero && t.any_zero()) *zero = true;
-      t.store_rows(Y + j0 * ldy, ldy);
-      continue;
-    }
+  const std::int64_t m = j0 / B;  // leaves [0, m) hold only A[i, j] with i < j: zeros
+  Tile<NV> t;
+  // Queries before the tile's first row hold A = +0.0 for every row of the tile: the first
+  // kept leaf starts at j0 (see causal_suffix in attn_gemm.hpp).
+  if (!tree) {
+    t.template chain<1, 0>(a + j0 * as, 1, as, x + j0 * ldx, ldx, C - j0);
+  } else {
     std::uint64_t present = 0;  // bit l: slot l (an aligned subtree of 2^l leaves) is held
     for (std::int64_t q = m; q < nbt; ++q) {
       const std::int64_t k0 = std::max(q * B, j0);
-      t.template chain<1, 0>(a + k0 * C, 1, C, X + k0 * ldx, ldx,
+      t.template chain<1, 0>(a + k0 * as, 1, as, x + k0 * ldx, ldx,
                              std::min<std::int64_t>((q + 1) * B, C) - k0);
       int l = 0;
       for (std::int64_t c = q; c & 1; c >>= 1, ++l)
@@ -165,8 +174,29 @@ void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* 
     }
     for (int l = 0; present >> l; ++l)
       if (present >> l & 1) t.add_left(slots + l * TF);
-    if (zero && t.any_zero()) *zero = true;
-    t.store_rows(Y + j0 * ldy, ldy);
+  }
+  if (zero && t.any_zero()) *zero = true;
+  t.store_rows(y, ldy);
+}
+
+// Y's NV vectors a row in passes of NH (as prefix_impl). The tile's operand is 8 columns of the
+// C x C matrix A, one line of a 4 KiB-strided row per step; with several passes it is first
+// copied to `strip` (C * R floats: row i at strip + i * R), so that memory is read once and
+// the passes read contiguous rows. A plain copy: the same values in the same order.
+template <int NV, int NH>
+void suffix_impl(std::int64_t C, int B, bool tree, const float* A, const float* X, std::int64_t ldx,
+                 float* Y, std::int64_t ldy, float* strip, float* slots, bool* zero) {
+  for (std::int64_t j0 = 0; j0 < C; j0 += R) {
+    const float* a = A + j0;  // op(A)[j0 + r, i] = A[i * C + j0 + r]
+    std::int64_t as = C;
+    if constexpr (NH < NV) {
+      for (std::int64_t i = j0; i < C; ++i)
+        _mm256_storeu_ps(strip + i * R, _mm256_loadu_ps(A + i * C + j0));
+      a = strip, as = R;
+    }
+    for (int v = 0; v < NV; v += NH)
+      suffix_pass<NH>(C, B, tree, j0, a, as, X + v * 16, ldx, Y + j0 * ldy + v * 16, ldy, slots,
+                      zero);
   }
 }
 
@@ -234,35 +264,42 @@ void causal_scores_avx512(std::int64_t C, std::int64_t hd, const float* A, std::
 }
 
 namespace {
-// The shared body of causal_prefix / causal_suffix: X made contiguous (and tested), the rest of
-// the scratch for the kernel's tree, Y's zero test when checks are asked for.
+// The shared body of causal_prefix / causal_suffix: X made contiguous (and tested), then the
+// suffix's strip and the kernel's tree in the rest of the scratch, Y's zero test when checks
+// are asked for; halves: head_dim 64 in two passes of 32 columns (AttnTile).
 template <bool Suffix>
-void causal_product(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
-                    const float* X, std::int64_t ldx, float* Y, std::int64_t ldy, float* scratch,
-                    AttnChecks* checks) {
+void causal_product(std::int64_t C, std::int64_t hd, int B, bool tree, bool halves,
+                    const float* A, const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
+                    float* scratch, AttnChecks* checks) {
   if (checks) *checks = AttnChecks{};
   const float* x = contiguous_rows(X, ldx, C, hd, scratch, checks ? &checks->x_finite : nullptr);
-  float* rest = scratch + C * hd;
+  float* strip = scratch + C * hd;  // the suffix's copy of A's columns (several passes)
+  float* rest = strip + C * R;
   bool* zero = checks ? &checks->y_zero : nullptr;
   by_nv(hd, [&]<int NV>() {
-    if constexpr (Suffix)
-      suffix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero);
-    else
-      prefix_impl<NV>(C, B, tree, A, x, hd, Y, ldy, rest, zero);
+    const auto run = [&]<int NH>() {
+      if constexpr (Suffix)
+        suffix_impl<NV, NH>(C, B, tree, A, x, hd, Y, ldy, strip, rest, zero);
+      else
+        prefix_impl<NV, NH>(C, B, tree, A, x, hd, Y, ldy, rest, zero);
+    };
+    if constexpr (NV == 4)
+      if (halves) return run.template operator()<2>();
+    run.template operator()<NV>();
   });
 }
 }  // namespace
 
-void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* P,
-                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch, AttnChecks* checks) {
-  causal_product<false>(C, hd, B, tree, P, X, ldx, Y, ldy, scratch, checks);
+void causal_prefix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, bool halves,
+                          const float* P, const float* X, std::int64_t ldx, float* Y,
+                          std::int64_t ldy, float* scratch, AttnChecks* checks) {
+  causal_product<false>(C, hd, B, tree, halves, P, X, ldx, Y, ldy, scratch, checks);
 }
 
-void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, const float* A,
-                          const float* X, std::int64_t ldx, float* Y, std::int64_t ldy,
-                          float* scratch, AttnChecks* checks) {
-  causal_product<true>(C, hd, B, tree, A, X, ldx, Y, ldy, scratch, checks);
+void causal_suffix_avx512(std::int64_t C, std::int64_t hd, int B, bool tree, bool halves,
+                          const float* A, const float* X, std::int64_t ldx, float* Y,
+                          std::int64_t ldy, float* scratch, AttnChecks* checks) {
+  causal_product<true>(C, hd, B, tree, halves, A, X, ldx, Y, ldy, scratch, checks);
 }
 
 }  // namespace lockstep::attn_gemm_detail

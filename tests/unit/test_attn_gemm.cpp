@@ -4,8 +4,9 @@
 // caller's row fix-up then makes those rows exact; the model's CausalGemms, tested end to end in
 // test_model.cpp). Shapes: C from 16 to 256 (C a multiple of B or not, C < B; C 112 and 208
 // with B 16 give 7 and 13 leaves, whose trees end in a fold over two and three levels),
-// head_dim 16-64, blocks 16-64 and 128, tree (invariant) and chain (deterministic), padded
-// leading dimensions, inputs with signed zeros, and zero columns that force zero outputs.
+// head_dim 16-64 (64 in both AttnTile forms, which are also compared with each other), blocks
+// 16-64 and 128, tree (invariant) and chain (deterministic), padded leading dimensions, inputs
+// with signed zeros, and zero columns that force zero outputs.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
@@ -49,6 +50,14 @@ void check_rows(const std::vector<float>& got, const std::vector<float>& want, s
     }
 }
 
+// Runs the prefix and suffix products with one AttnTile setting, back to by_cpu at scope end.
+struct TileSetting {
+  explicit TileSetting(AttnTile t) { set_attn_tile(t); }
+  ~TileSetting() { set_attn_tile(AttnTile::by_cpu); }
+  TileSetting(const TileSetting&) = delete;
+  TileSetting& operator=(const TileSetting&) = delete;
+};
+
 }  // namespace
 
 TEST_CASE("fused causal attention GEMMs == the canonical / chain GEMM") {
@@ -57,18 +66,24 @@ TEST_CASE("fused causal attention GEMMs == the canonical / chain GEMM") {
     WARN("no AVX-512 on this CPU: the fused attention kernels are not used here; skipped");
     return;
   }
-  int cases = 0, zeros = 0;
+  int cases = 0, zeros = 0, halves = 0;
   for (std::int64_t C : {16, 48, 64, 80, 112, 208, 256}) {
     for (std::int64_t hd : {16, 32, 64}) {
       for (int B : {16, 32, 64, 128}) {
-        for (bool tree : {true, false}) {
+        for (bool tree : {true, false})
+        for (AttnTile tile : {AttnTile::whole, AttnTile::halves}) {
+          // Halves change how head_dim 64 runs only (attn_tile_halves).
+          if (tile == AttnTile::halves && hd != 64) continue;
+          const TileSetting setting(tile);
           // The fused kernels evaluate the pow2 tree (the model uses them under halving only
           // where the two trees agree: model/gpt_causal_gemms.cpp), so they are checked
           // against the pow2 canonical GEMM.
           const KernelCtx ctx{Isa::avx512, 1, B, TreeShape::pow2};
           if (!attn_gemm_supported(ctx, C, hd, tree)) continue;
           ++cases;
-          INFO("C " << C << " hd " << hd << " B " << B << " tree " << tree);
+          halves += attn_tile_halves(hd);
+          INFO("C " << C << " hd " << hd << " B " << B << " tree " << tree << " halves "
+                    << attn_tile_halves(hd));
           const GemmImpl impl = tree ? GemmImpl::canonical : GemmImpl::chain;
           const std::int64_t ld = hd + 16;  // padded rows
           std::vector<float> q = mixed_floats(static_cast<std::size_t>(C * ld), 1 + C + hd);
@@ -113,6 +128,48 @@ TEST_CASE("fused causal attention GEMMs == the canonical / chain GEMM") {
   }
   CHECK(cases > 40);
   CHECK(zeros > 0);
+  CHECK(halves > 10);
+}
+
+// The two ways of running head_dim 64 (AttnTile: one 8 x 64 tile, or two 8 x 32 passes with the
+// suffix's operand copied to a strip) against each other: the same bits everywhere, zeros'
+// signs included, and the same AttnChecks, at lengths up to GPT-2's context (long strips) with
+// zero columns and padded rows.
+TEST_CASE("fused causal attention GEMMs: the 8 x 64 tile and its halves give the same bits") {
+  if (KernelCtx::best(1, 64).isa != Isa::avx512) return;
+  const std::int64_t hd = 64, ld = 80;
+  int compared = 0;
+  for (std::int64_t C : {16, 208, 1024}) {
+    for (int B : {64, 128}) {
+      std::vector<float> x = mixed_floats(static_cast<std::size_t>(C * ld), 31 + C);
+      for (std::int64_t i = 0; i < C; ++i) x[i * ld + 40] = 0.0f;  // a zero output column
+      const std::vector<float> p = causal_matrix(C, 32 + B);
+      std::vector<float> scratch(static_cast<std::size_t>(attn_gemm_scratch_floats(C, hd, B)));
+      for (bool tree : {true, false})
+        for (int kernel = 0; kernel < 2; ++kernel) {
+          INFO("C " << C << " B " << B << " tree " << tree << " kernel " << kernel);
+          std::vector<float> out[2];
+          AttnChecks chk[2];
+          for (int h = 0; h < 2; ++h) {
+            const TileSetting setting(h ? AttnTile::halves : AttnTile::whole);
+            REQUIRE(attn_tile_halves(hd) == (h == 1));
+            out[h].assign(static_cast<std::size_t>(C * ld), 7.0f);
+            if (kernel == 0)
+              causal_prefix(C, hd, B, tree, p.data(), x.data(), ld, out[h].data(), ld,
+                            scratch.data(), &chk[h]);
+            else
+              causal_suffix(C, hd, B, tree, p.data(), x.data(), ld, out[h].data(), ld,
+                            scratch.data(), &chk[h]);
+          }
+          CHECK(testing::same_bits(out[0].data(), out[1].data(), out[0].size()));
+          CHECK(chk[0].x_finite == chk[1].x_finite);
+          CHECK(chk[0].y_zero == chk[1].y_zero);
+          CHECK(chk[1].y_zero);
+          ++compared;
+        }
+    }
+  }
+  CHECK(compared == 24);
 }
 
 // The checks the exact modes' fix-ups read (AttnChecks): X finite over its C x hd part only
