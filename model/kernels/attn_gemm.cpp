@@ -27,9 +27,6 @@ AttnTile g_attn_tile = AttnTile::by_cpu;
 void set_attn_tile(AttnTile t) {
   g_attn_tile = t;
 }
-AttnTile attn_tile() {
-  return g_attn_tile;
-}
 bool attn_tile_halves(std::int64_t hd) {
   if (hd != 64 || g_attn_tile == AttnTile::whole) return false;
   return g_attn_tile == AttnTile::halves || cpu_vendor() == CpuVendor::intel;

@@ -48,13 +48,13 @@ std::int64_t attn_gemm_scratch_floats(std::int64_t C, std::int64_t hd, int B);
 // strip first, so that they are read from memory once for both passes). Speed only: every
 // output element's chain and tree are the same either way (test_attn_gemm runs both).
 // by_cpu: halves on Intel, where the spilled accumulators cost most (Ice Lake, GPT-2 small's
-// shape: the prefix 17% and the suffix 12-17% less time), the whole tile elsewhere (AMD Zen 5:
-// the prefix's halves within noise; the suffix's, without the strip, 17-25% slower). Halves
-// and the strip were not measured on AMD. docs/benchmarks.md, "Attention's halves on Intel".
+// shape: the prefix 19% and the suffix 13% less time in bench_attn's quietest rounds, about
+// 0.5-1% of the step), the whole tile elsewhere (AMD Zen 5: the prefix's halves within noise;
+// the suffix's, without the strip, 17-25% slower; with the strip not measured there).
+// docs/benchmarks.md, "Attention's halves on Intel".
 enum class AttnTile { by_cpu, whole, halves };
 // A test and benchmark hook (as set_gemm_tuning): set it while no attention kernel runs.
 void set_attn_tile(AttnTile t);
-AttnTile attn_tile();
 // Whether the products at head_dim hd run in halves under the current setting and CPU.
 bool attn_tile_halves(std::int64_t hd);
 
