@@ -7,7 +7,7 @@
 //   {"bench":"attn","kernel","form","tile","C","hd","B","us_min","us_median","gflops_max","trials",
 //    "calls"}
 // (tile: how the prefix and suffix ran head_dim 64, AttnTile in attn_gemm.hpp: "whole" or
-// "halves"; --tiles whole,halves times both in one process.)
+// "halves", "-" for the other kernels; --tiles whole,halves times both in one process.)
 // gflops_max counts the causal half's products, 2 * C (C + 1) / 2 * hd per call, at us_min
 // (softmax rows: no GFLOP/s; they work in place, so each call includes copying the C x C
 // input back, ~256 KiB at C 256). Each trial times `calls` calls on the same operands (in L2); min
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <stdexcept>
 #include <string>
@@ -81,11 +82,14 @@ int main(int argc, char** argv) {
   auto time = [&](const char* kernel, const char* form, const std::function<void()>& f, bool gemm) {
     f();  // warm-up
     const bench::Spread t = bench::time_trials(trials, calls, f);
+    // AttnTile decides only how the prefix and suffix products run.
+    const bool tiled = gemm && std::strcmp(kernel, "scores") != 0;
     std::printf(
         "{\"bench\":\"attn\",\"kernel\":\"%s\",\"form\":\"%s\",\"tile\":\"%s\",\"C\":%lld,"
         "\"hd\":%lld,\"B\":%d,\"us_min\":%.3f,\"us_median\":%.3f,\"gflops_max\":%.1f,"
         "\"trials\":%d,\"calls\":%d}\n",
-        kernel, form, attn_tile_halves(hd) ? "halves" : "whole", static_cast<long long>(C),
+        kernel, form, !tiled ? "-" : attn_tile_halves(hd) ? "halves" : "whole",
+        static_cast<long long>(C),
         static_cast<long long>(hd), B, 1e6 * t.min, 1e6 * t.median,
         gemm ? flops / t.min * 1e-9 : 0.0, trials, calls);
     std::fflush(stdout);
